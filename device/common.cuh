@@ -1,0 +1,291 @@
+/* Pieces every backend's device half shares: control words, error records, argument checks, statistics,
+ * the cooperative copy and the signal wait loop. */
+#ifndef DION_DEVICE_COMMON_CUH
+#define DION_DEVICE_COMMON_CUH
+
+#include "dion/device/arch.cuh"
+
+/* A rank's entry in a window table. The table's array is declared with one element and allocated with
+ * nranks: index through the pointer so that compilers do not bound it by the declaration. */
+DION_HD struct dion_win_peer *dion__win_peer(dion_dwin_t w, int rank)
+{
+    return (struct dion_win_peer *)((char *)w + offsetof(struct dion_win_dev, peer)) + rank;
+}
+
+/* ---- control words at the tail of a signal table ---- */
+
+DION_HD uint64_t *dion__ctl_word(const dion_dev_t *d, uint64_t *table, uint32_t word)
+{
+    return table + d->num_signals + word;
+}
+
+DION_HD uint32_t dion__barrier_word(const dion_dev_t *d, uint32_t ctx) { return DION_CTL_WORDS + ctx; }
+
+/* Scope for fences and for reading this rank's signals. */
+DION_HD uint32_t dion__dev_scope(const dion_dev_t *d) { return (d->flags & DION_DEVF_SYS) ? DION_SCOPE_SYS : DION_SCOPE_GPU; }
+
+/* ---- statistics (DION_STATS=1) ---- */
+
+#define DION__STAT(c, field, n)                                                                              \
+    do {                                                                                                     \
+        if ((c)->dev.flags & DION_DEVF_STATS)                                                                \
+            dion__counter_add(&(c)->dev.stats[(c)->index].field, (uint64_t)(n));                             \
+    } while (0)
+
+/* ---- error records ---- */
+
+typedef struct {
+    dion_status_t status;
+    dion_op_t op;
+    int32_t peer;
+    uint32_t sig, cmp;
+    uint64_t expected, observed, offset, bytes, limit;
+} dion__err_t;
+
+/* Claims a slot in the error ring (the counter is in device memory, the ring in host-mapped memory) and
+ * fills it; the host sees the record once seq is written, after a system-scope fence. */
+DION_HD void dion__record(const dion_ctx_t *c, dion__err_t e)
+{
+    const dion_dev_t *d = &c->dev;
+    DION__STAT(c, errors, 1);
+    if (!d->errors) return;
+    uint64_t n = dion__counter_add(dion__ctl_word(d, d->signals, DION_CTL_ERR_HEAD), 1);
+    dion_err_record_t *r = &d->errors->rec[n % DION_ERR_RING];
+    dion__st_relaxed(&r->seq, 0, DION_SCOPE_SYS);
+    dion__fence(DION_SCOPE_SYS);
+    r->status = (uint32_t)e.status;
+    r->op = (uint32_t)e.op;
+    r->rank = d->rank;
+    r->peer = e.peer;
+    r->ctx = c->index;
+    r->block = dion__block_index();
+    r->thread = dion__block_thread();
+    r->sig = e.sig;
+    r->cmp = e.cmp;
+    r->expected = e.expected;
+    r->observed = e.observed;
+    r->offset = e.offset;
+    r->bytes = e.bytes;
+    r->limit = e.limit;
+    r->time_ns = dion__time_ns();
+    dion__fence(DION_SCOPE_SYS);
+    dion__st_relaxed(&r->seq, n + 1, DION_SCOPE_SYS);
+}
+
+DION_HD dion__err_t dion__err(dion_status_t st, dion_op_t op, int peer)
+{
+    dion__err_t e;
+    memset(&e, 0, sizeof e);
+    e.status = st;
+    e.op = op;
+    e.peer = peer;
+    return e;
+}
+
+/* ---- argument checks (DION_CHECK=1). Each returns 1 when the arguments are good; otherwise the group's
+ * leader records why and every caller skips the operation. ---- */
+
+DION_HD int dion__check_enabled(const dion_ctx_t *c) { return (c->dev.flags & DION_DEVF_CHECK) != 0; }
+
+DION_HD int dion__check_ctx(const dion_ctx_t *c, dion_op_t op, int leader)
+{
+    if (c->index < c->dev.num_contexts) return 1;
+    if (leader) {
+        dion__err_t e = dion__err(DION_ERR_INVALID_ARG, op, -1);
+        e.expected = c->dev.num_contexts;
+        e.observed = c->index;
+        dion__record(c, e);
+    }
+    return 0;
+}
+
+DION_HD int dion__check_peer(const dion_ctx_t *c, int peer, dion_op_t op, int leader)
+{
+    if (peer >= 0 && peer < c->dev.nranks && c->dev.peers[peer].transport != DION_TRANSPORT_NONE) return 1;
+    if (leader) {
+        dion__err_t e = dion__err(DION_ERR_INVALID_ARG, op, peer);
+        e.limit = (uint64_t)c->dev.nranks;
+        dion__record(c, e);
+    }
+    return 0;
+}
+
+DION_HD int dion__check_sig(const dion_ctx_t *c, int peer, uint32_t sig, dion_op_t op, int leader)
+{
+    if (sig < c->dev.num_signals) return 1;
+    if (leader) {
+        dion__err_t e = dion__err(DION_ERR_INVALID_ARG, op, peer);
+        e.sig = sig;
+        e.limit = c->dev.num_signals;
+        dion__record(c, e);
+    }
+    return 0;
+}
+
+/* [off, off+bytes) must lie inside rank's part of the window; align: required alignment of off (1 or 8). */
+DION_HD int dion__check_range(const dion_ctx_t *c, dion_dwin_t w, int rank, uint64_t off, uint64_t bytes,
+                              uint64_t align, dion_op_t op, int peer, int leader)
+{
+    int ok = w != NULL && w->magic == DION_WIN_MAGIC && w->nranks == c->dev.nranks && rank >= 0 &&
+             rank < c->dev.nranks;
+    uint64_t size = ok ? dion__win_peer(w, rank)->size : 0;
+    if (ok) ok = bytes <= size && off <= size - bytes && (off & (align - 1)) == 0;
+    /* CPU mode can only touch host windows. */
+    if (ok && (c->dev.flags & DION_DEVF_CPU) && !(w->flags & DION_WIN_HOST)) ok = 0;
+    if (ok && bytes && !dion__win_peer(w, rank)->base) ok = 0;
+    if (ok) return 1;
+    if (leader) {
+        int bad_window = w == NULL || w->magic != DION_WIN_MAGIC || w->nranks != c->dev.nranks;
+        dion__err_t e = dion__err(bad_window ? DION_ERR_INVALID_ARG : DION_ERR_REMOTE_ACCESS, op, peer);
+        e.offset = off;
+        e.bytes = bytes;
+        e.limit = size;
+        e.expected = align;
+        e.observed = (uint64_t)rank;
+        dion__record(c, e);
+    }
+    return 0;
+}
+
+/* ---- cooperative copy ----
+ * The group's threads split the bytes. The widest access both pointers allow (16, 8, 4, 2 or 1 bytes) is used
+ * for the body; the unaligned head and tail are copied by the leader in the widest steps the address allows.
+ * Each thread issues all its loads of an unrolled step before its stores, so several are in flight. */
+
+#define DION__COPY_UNROLL 4
+
+DION_HD void dion__copy_edge(char *dst, const char *src, size_t n)
+{
+    /* dst and src are congruent modulo every step used here, so each typed access is aligned */
+    while (n) {
+        uintptr_t a = (uintptr_t)dst;
+        if (n >= 8 && (a & 7) == 0) {
+            *(uint64_t *)dst = *(const uint64_t *)src;
+            dst += 8, src += 8, n -= 8;
+        } else if (n >= 4 && (a & 3) == 0) {
+            *(uint32_t *)dst = *(const uint32_t *)src;
+            dst += 4, src += 4, n -= 4;
+        } else if (n >= 2 && (a & 1) == 0) {
+            *(uint16_t *)dst = *(const uint16_t *)src;
+            dst += 2, src += 2, n -= 2;
+        } else {
+            *dst = *src;
+            dst += 1, src += 1, n -= 1;
+        }
+    }
+}
+
+#if DION__GPU
+typedef ulonglong2 dion__v16_t;
+#else
+typedef struct {
+    uint64_t x, y;
+} dion__v16_t;
+#endif
+
+#define DION__COPY_BODY(T, W)                                                                                \
+    DION_HD void dion__copy_body_##W(T *dst, const T *src, size_t n, uint32_t r, uint32_t g)                 \
+    {                                                                                                        \
+        size_t i = r;                                                                                        \
+        for (; i + (size_t)(DION__COPY_UNROLL - 1) * g < n; i += (size_t)DION__COPY_UNROLL * g) {           \
+            T t[DION__COPY_UNROLL];                                                                          \
+            for (int u = 0; u < DION__COPY_UNROLL; u++) t[u] = src[i + (size_t)u * g];                       \
+            for (int u = 0; u < DION__COPY_UNROLL; u++) dst[i + (size_t)u * g] = t[u];                       \
+        }                                                                                                    \
+        for (; i < n; i += g) dst[i] = src[i];                                                               \
+    }
+DION__COPY_BODY(dion__v16_t, 16)
+DION__COPY_BODY(uint64_t, 8)
+DION__COPY_BODY(uint32_t, 4)
+DION__COPY_BODY(uint16_t, 2)
+DION__COPY_BODY(uint8_t, 1)
+#undef DION__COPY_BODY
+
+/* Copies n bytes; thread r of a group of g. The caller synchronizes the group afterwards if it needs to. */
+DION_HD void dion__copy(char *dst, const char *src, size_t n, uint32_t r, uint32_t g)
+{
+    if (n == 0) return;
+#if !DION__GPU
+    /* CPU mode: contiguous slices, one memcpy each. */
+    size_t part = (n + g - 1) / g, lo = (size_t)r * part;
+    if (lo < n) memcpy(dst + lo, src + lo, n - lo < part ? n - lo : part);
+    return;
+#else
+    uintptr_t diff = (uintptr_t)dst ^ (uintptr_t)src;
+    size_t w = (diff & 15) == 0 ? 16 : (diff & 7) == 0 ? 8 : (diff & 3) == 0 ? 4 : (diff & 1) == 0 ? 2 : 1;
+    size_t head = (w - ((uintptr_t)dst & (w - 1))) & (w - 1);
+    if (head > n) head = n;
+    size_t body = (n - head) / w, tail = n - head - body * w;
+    /* head by the leader, tail by the last thread: they never overlap the body */
+    if (r == 0 && head) dion__copy_edge(dst, src, head);
+    if (r == g - 1 && tail) dion__copy_edge(dst + n - tail, src + n - tail, tail);
+    char *d = dst + head;
+    const char *s = src + head;
+    switch (w) {
+    case 16: dion__copy_body_16((dion__v16_t *)d, (const dion__v16_t *)s, body, r, g); break;
+    case 8: dion__copy_body_8((uint64_t *)d, (const uint64_t *)s, body, r, g); break;
+    case 4: dion__copy_body_4((uint32_t *)d, (const uint32_t *)s, body, r, g); break;
+    case 2: dion__copy_body_2((uint16_t *)d, (const uint16_t *)s, body, r, g); break;
+    default: dion__copy_body_1((uint8_t *)d, (const uint8_t *)s, body, r, g); break;
+    }
+#endif
+}
+
+/* ---- waiting on a signal word ---- */
+
+DION_HD int dion__cmp_holds(uint64_t v, uint32_t cmp, uint64_t x)
+{
+    switch (cmp) {
+    case DION_CMP_EQ: return v == x;
+    case DION_CMP_NE: return v != x;
+    case DION_CMP_GT: return v > x;
+    case DION_CMP_GE: return v >= x;
+    case DION_CMP_LT: return v < x;
+    case DION_CMP_LE: return v <= x;
+    }
+    return 0;
+}
+
+/* Polls word (in this rank's signal table) until cmp holds, the comm is aborted, or the timeout passes.
+ * The successful load is an acquire, so data released before the observed value is visible after it. */
+DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word, uint32_t cmp, uint64_t value,
+                                      uint64_t *observed, dion_op_t op, uint32_t sig)
+{
+    const dion_dev_t *d = &c->dev;
+    uint32_t scope = dion__dev_scope(d);
+    uint64_t v = dion__ld_acquire(word, scope);
+    if (dion__cmp_holds(v, cmp, value)) {
+        if (observed) *observed = v;
+        return DION_SUCCESS;
+    }
+    const uint64_t *abort_word = dion__ctl_word(d, d->signals, DION_CTL_ABORT);
+    uint64_t start = dion__time_ns();
+    for (uint32_t polls = 1;; polls++) {
+        v = dion__ld_acquire(word, scope);
+        if (dion__cmp_holds(v, cmp, value)) break;
+        if ((polls & 127) == 0) {
+            uint64_t ab = dion__ld_relaxed(abort_word, scope);
+            if (ab) {
+                if (observed) *observed = v;
+                return (dion_status_t)ab;
+            }
+            if (d->wait_timeout_ns && dion__time_ns() - start > d->wait_timeout_ns) {
+                dion__err_t e = dion__err(DION_ERR_TIMEOUT, op, d->rank);
+                e.sig = sig;
+                e.cmp = cmp;
+                e.expected = value;
+                e.observed = v;
+                e.limit = d->wait_timeout_ns;
+                dion__record(c, e);
+                DION__STAT(c, wait_timeouts, 1);
+                if (observed) *observed = v;
+                return DION_ERR_TIMEOUT;
+            }
+        }
+        dion__backoff(polls);
+    }
+    if (observed) *observed = v;
+    return DION_SUCCESS;
+}
+
+#endif /* DION_DEVICE_COMMON_CUH */

@@ -1,0 +1,48 @@
+/* The p2p backend's device half: the peer's window and signal table are mapped into this address space
+ * (CUDA IPC over NVLink or PCIe, the same GPU under MPS, or shared memory in CPU mode), so every operation is
+ * a load, a store or an atomic by the calling threads. Completion is a fence at the peer's scope. */
+#ifndef DION_DEVICE_P2P_CUH
+#define DION_DEVICE_P2P_CUH
+
+#include "dion/device/common.cuh"
+
+/* Scope an operation on peer's part of window w needs: the peer's, widened to system for host memory. */
+DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
+{
+    return c->dev.peers[peer].scope | ((w->flags & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
+}
+
+DION_HD void dion__p2p_put(dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src, int me, size_t src_off,
+                           size_t bytes, uint32_t r, uint32_t g)
+{
+    dion__copy(dion__win_peer(dst, peer)->base + dst_off, dion__win_peer(src, me)->base + src_off, bytes, r, g);
+}
+
+DION_HD void dion__p2p_signal(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value,
+                              uint32_t scope)
+{
+    uint64_t *word = c->dev.peers[peer].signals + sig;
+    /* Release: the target sees the new value only after everything this thread (and what it synchronized
+     * with) wrote before. */
+    if (op == DION_SIG_SET)
+        dion__st_release(word, value, scope);
+    else
+        dion__red_add_release(word, value, scope);
+}
+
+DION_HD uint64_t dion__p2p_fetch_add(dion_dwin_t w, int peer, size_t off, uint64_t value, uint32_t scope)
+{
+    return dion__atom_add((uint64_t *)(dion__win_peer(w, peer)->base + off), value, scope);
+}
+
+DION_HD uint64_t dion__p2p_compare_swap(dion_dwin_t w, int peer, size_t off, uint64_t expected, uint64_t desired,
+                                        uint32_t scope)
+{
+    return dion__atom_cas((uint64_t *)(dion__win_peer(w, peer)->base + off), expected, desired, scope);
+}
+
+/* Stores are performed in order for every observer within scope once the fence completes: this is both
+ * fence and quiet on p2p. */
+DION_HD void dion__p2p_quiet(const dion_ctx_t *c) { dion__fence(dion__dev_scope(&c->dev)); }
+
+#endif /* DION_DEVICE_P2P_CUH */

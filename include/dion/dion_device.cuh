@@ -1,0 +1,283 @@
+/* DION device API. Every function is __host__ __device__: in a kernel it runs on GPU threads; compiled as C11
+ * (or called from host code) it runs on CPU threads over host windows (CPU mode, see dion_cpu_launch).
+ *
+ * Semantics (docs/semantics.md has the full table per backend):
+ *  put          returns when issued; the source may be reused after dion_quiet on the same context.
+ *  put_signal   returns when issued; the target sees the signal change only after this put's data.
+ *  signal       release: ordered after every earlier put of the caller to that peer.
+ *  wait         acquire: data of puts whose signal it observed is visible after it returns.
+ *  fence        earlier operations of the caller reach each peer before later ones.
+ *  quiet        every earlier operation of the caller is complete: sources reusable, data delivered.
+ *  barrier      every rank reached it (one thread per context per rank); includes a quiet.
+ * The warp and block variants are called by every thread of the warp / block with the same arguments; they
+ * share the copy and end with the group synchronized, so that one thread's later signal or quiet covers the
+ * whole group's stores.
+ * With DION_CHECK=1 every call checks its arguments and writes an error record (dion_dev_check) instead of
+ * touching memory. */
+#ifndef DION_DEVICE_CUH
+#define DION_DEVICE_CUH
+
+#include "dion/dion_types.h"
+#include "dion/device/arch.cuh"
+#include "dion/device/common.cuh"
+#include "dion/device/p2p.cuh"
+
+/* ---- contexts ---- */
+
+DION_HD dion_ctx_t dion_ctx(dion_dev_t dev, uint32_t index)
+{
+    dion_ctx_t c;
+    c.dev = dev;
+    c.index = index;
+    if (index >= dev.num_contexts) {
+        if (dev.flags & DION_DEVF_CHECK) {
+            /* Keep the bad index: every operation on this context is then skipped, and this is recorded once
+             * per block. */
+            if (dion__block_thread() == 0) dion__check_ctx(&c, DION_OP_CTX, 1);
+        } else {
+            c.index = dev.num_contexts ? index % dev.num_contexts : 0;
+        }
+    }
+    return c;
+}
+
+/* ---- put ---- */
+
+DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int peer, size_t dst_off,
+                             dion_dwin_t src, size_t src_off, size_t bytes)
+{
+    uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    if (dion__check_enabled(&c)) {
+        int lead = r == 0;
+        if (c.index >= c.dev.num_contexts || !dion__check_peer(&c, peer, DION_OP_PUT, lead) ||
+            !dion__check_range(&c, dst, peer, dst_off, bytes, 1, DION_OP_PUT, peer, lead) ||
+            !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT, peer, lead))
+            return;
+    }
+    dion__p2p_put(dst, peer, dst_off, src, c.dev.rank, src_off, bytes, r, n);
+    dion__group_sync(g);
+    if (r == 0) {
+        DION__STAT(&c, puts, 1);
+        DION__STAT(&c, put_bytes, bytes);
+    }
+}
+
+DION_HD void dion_put(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src, size_t src_off,
+                      size_t bytes)
+{
+    dion__put_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes);
+}
+
+DION_HD void dion_put_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src, size_t src_off,
+                           size_t bytes)
+{
+    dion__put_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes);
+}
+
+DION_HD void dion_put_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src, size_t src_off,
+                            size_t bytes)
+{
+    dion__put_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes);
+}
+
+/* ---- signals ---- */
+
+DION_HD int dion__check_signal_args(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op, dion_op_t what,
+                                    int lead)
+{
+    if (c->index >= c->dev.num_contexts || !dion__check_peer(c, peer, what, lead) ||
+        !dion__check_sig(c, peer, sig, what, lead))
+        return 0;
+    if (op == DION_SIG_SET || op == DION_SIG_ADD) return 1;
+    if (lead) {
+        dion__err_t e = dion__err(DION_ERR_INVALID_ARG, what, peer);
+        e.sig = sig;
+        e.observed = (uint64_t)op;
+        dion__record(c, e);
+    }
+    return 0;
+}
+
+DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int peer, size_t dst_off,
+                                    dion_dwin_t src, size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
+                                    uint64_t value)
+{
+    uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    if (dion__check_enabled(&c)) {
+        int lead = r == 0;
+        if (!dion__check_signal_args(&c, peer, sig, op, DION_OP_PUT_SIGNAL, lead) ||
+            !dion__check_range(&c, dst, peer, dst_off, bytes, 1, DION_OP_PUT_SIGNAL, peer, lead) ||
+            !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT_SIGNAL, peer, lead))
+            return;
+    }
+    dion__p2p_put(dst, peer, dst_off, src, c.dev.rank, src_off, bytes, r, n);
+    /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
+    dion__group_sync(g);
+    if (r == 0) {
+        dion__p2p_signal(&c, peer, sig, op, value, dion__p2p_scope(&c, peer, dst));
+        DION__STAT(&c, puts, 1);
+        DION__STAT(&c, put_bytes, bytes);
+        DION__STAT(&c, signals, 1);
+    }
+}
+
+DION_HD void dion_put_signal(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                             size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op, uint64_t value)
+{
+    dion__put_signal_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
+}
+
+DION_HD void dion_put_signal_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                                  size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op, uint64_t value)
+{
+    dion__put_signal_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
+}
+
+DION_HD void dion_put_signal_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                                   size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op, uint64_t value)
+{
+    dion__put_signal_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
+}
+
+DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value)
+{
+    if (dion__check_enabled(&c) && !dion__check_signal_args(&c, peer, sig, op, DION_OP_SIGNAL, 1)) return;
+    /* Signal tables live in device memory (or shared memory in CPU mode): the peer's scope is enough. */
+    dion__p2p_signal(&c, peer, sig, op, value, c.dev.peers[peer].scope | dion__dev_scope(&c.dev));
+    DION__STAT(&c, signals, 1);
+}
+
+/* Waits until this rank's signal sig compares as asked with value. Returns DION_SUCCESS, DION_ERR_TIMEOUT
+ * (after the handle's wait timeout, with an error record), DION_ERR_ABORTED or DION_ERR_PEER_FAILED.
+ * observed (may be NULL) receives the last value read. */
+DION_HD dion_status_t dion_wait(dion_ctx_t c, uint32_t sig, dion_cmp_t cmp, uint64_t value, uint64_t *observed)
+{
+    if (dion__check_enabled(&c)) {
+        if (c.index >= c.dev.num_contexts || !dion__check_sig(&c, c.dev.rank, sig, DION_OP_WAIT, 1))
+            return DION_ERR_INVALID_ARG;
+        if ((uint32_t)cmp > DION_CMP_LE) {
+            dion__err_t e = dion__err(DION_ERR_INVALID_ARG, DION_OP_WAIT, c.dev.rank);
+            e.sig = sig;
+            e.cmp = (uint32_t)cmp;
+            dion__record(&c, e);
+            return DION_ERR_INVALID_ARG;
+        }
+    }
+    DION__STAT(&c, waits, 1);
+    return dion__wait_word(&c, c.dev.signals + sig, (uint32_t)cmp, value, observed, DION_OP_WAIT, sig);
+}
+
+/* The current value of this rank's signal sig (an acquire load). */
+DION_HD uint64_t dion_signal_read(dion_ctx_t c, uint32_t sig)
+{
+    if (dion__check_enabled(&c) && !dion__check_sig(&c, c.dev.rank, sig, DION_OP_SIGNAL_READ, 1)) return 0;
+    return dion__ld_acquire(c.dev.signals + sig, dion__dev_scope(&c.dev));
+}
+
+/* ---- ordering and completion ---- */
+
+DION_HD void dion_fence(dion_ctx_t c)
+{
+    dion__p2p_quiet(&c);
+    DION__STAT(&c, fences, 1);
+}
+
+/* Returns DION_ERR_ABORTED / DION_ERR_PEER_FAILED once the comm was aborted or a peer failed. */
+DION_HD dion_status_t dion_quiet(dion_ctx_t c)
+{
+    /* The abort word is read before the fence so that its latency overlaps the fence's. */
+    uint64_t ab = dion__ld_relaxed(dion__ctl_word(&c.dev, c.dev.signals, DION_CTL_ABORT), dion__dev_scope(&c.dev));
+    dion__p2p_quiet(&c);
+    DION__STAT(&c, quiets, 1);
+    return (dion_status_t)ab;
+}
+
+/* All ranks' threads calling it on the same context meet; one thread per context per rank. */
+DION_HD dion_status_t dion_barrier(dion_ctx_t c)
+{
+    const dion_dev_t *d = &c.dev;
+    if (c.index >= d->num_contexts) {
+        if (dion__check_enabled(&c)) return DION_ERR_INVALID_ARG;
+        c.index = 0;
+    }
+    dion_status_t st = dion_quiet(c);
+    if (st != DION_SUCCESS) return st;
+    /* Counter barrier: the epoch is private to the context; every rank adds one to each peer's counter and
+     * waits for (nranks-1) arrivals per epoch. Counters only grow, so a fast peer's next epoch cannot be lost. */
+    uint64_t epoch = d->ctx_state[c.index] + 1;
+    d->ctx_state[c.index] = epoch;
+    uint32_t word = d->num_signals + dion__barrier_word(d, c.index);
+    for (int p = 0; p < d->nranks; p++) {
+        if (p == d->rank) continue;
+        dion__red_add_release(d->peers[p].signals + word, 1, d->peers[p].scope | dion__dev_scope(d));
+    }
+    st = dion__wait_word(&c, d->signals + word, DION_CMP_GE, epoch * (uint64_t)(d->nranks - 1), NULL,
+                         DION_OP_BARRIER, word);
+    DION__STAT(&c, barriers, 1);
+    return st;
+}
+
+/* ---- get and atomics ---- */
+
+DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, size_t dst_off, dion_dwin_t src,
+                             int peer, size_t src_off, size_t bytes)
+{
+    uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    if (dion__check_enabled(&c)) {
+        int lead = r == 0;
+        if (c.index >= c.dev.num_contexts || !dion__check_peer(&c, peer, DION_OP_GET, lead) ||
+            !dion__check_range(&c, src, peer, src_off, bytes, 1, DION_OP_GET, peer, lead) ||
+            !dion__check_range(&c, dst, c.dev.rank, dst_off, bytes, 1, DION_OP_GET, peer, lead))
+            return;
+    }
+    dion__copy(dion__win_peer(dst, c.dev.rank)->base + dst_off, dion__win_peer(src, peer)->base + src_off, bytes, r, n);
+    dion__group_sync(g);
+    if (r == 0) {
+        DION__STAT(&c, gets, 1);
+        DION__STAT(&c, get_bytes, bytes);
+    }
+}
+
+/* On p2p the data is in dst when get returns; on every backend it is there after dion_quiet. */
+DION_HD void dion_get(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, int peer, size_t src_off,
+                      size_t bytes)
+{
+    dion__get_group(c, DION__THREAD, dst, dst_off, src, peer, src_off, bytes);
+}
+
+DION_HD void dion_get_warp(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, int peer, size_t src_off,
+                           size_t bytes)
+{
+    dion__get_group(c, DION__WARP, dst, dst_off, src, peer, src_off, bytes);
+}
+
+DION_HD void dion_get_block(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, int peer,
+                            size_t src_off, size_t bytes)
+{
+    dion__get_group(c, DION__BLOCK, dst, dst_off, src, peer, src_off, bytes);
+}
+
+/* 64-bit atomics on an 8-byte-aligned word of peer's window. Relaxed: order them against puts with
+ * dion_fence. A call rejected by DION_CHECK returns 0. */
+DION_HD int dion__check_atomic(const dion_ctx_t *c, dion_dwin_t w, int peer, size_t off, dion_op_t op)
+{
+    return c->index < c->dev.num_contexts && dion__check_peer(c, peer, op, 1) &&
+           dion__check_range(c, w, peer, off, 8, 8, op, peer, 1);
+}
+
+DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, size_t off, uint64_t value)
+{
+    if (dion__check_enabled(&c) && !dion__check_atomic(&c, win, peer, off, DION_OP_FETCH_ADD)) return 0;
+    DION__STAT(&c, atomics, 1);
+    return dion__p2p_fetch_add(win, peer, off, value, dion__p2p_scope(&c, peer, win));
+}
+
+DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int peer, size_t off, uint64_t expected,
+                                          uint64_t desired)
+{
+    if (dion__check_enabled(&c) && !dion__check_atomic(&c, win, peer, off, DION_OP_COMPARE_SWAP)) return 0;
+    DION__STAT(&c, atomics, 1);
+    return dion__p2p_compare_swap(win, peer, off, expected, desired, dion__p2p_scope(&c, peer, win));
+}
+
+#endif /* DION_DEVICE_CUH */

@@ -1,0 +1,171 @@
+/* Types shared by the host API (dion.h) and the device API (dion_device.cuh).
+ * Plain C11: the same header is read by nvcc for kernels and by a C compiler for CPU mode. */
+#ifndef DION_TYPES_H
+#define DION_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DION_API __attribute__((visibility("default")))
+#else
+#define DION_API
+#endif
+
+#define DION_VERSION_MAJOR 0
+#define DION_VERSION_MINOR 1
+#define DION_VERSION_PATCH 0
+
+typedef enum {
+    DION_SUCCESS = 0,
+    DION_ERR_INVALID_ARG,
+    DION_ERR_NO_MEMORY,
+    DION_ERR_UNSUPPORTED,
+    DION_ERR_CUDA,
+    DION_ERR_NETWORK,
+    DION_ERR_BOOTSTRAP,
+    DION_ERR_TIMEOUT,
+    DION_ERR_PEER_FAILED,
+    DION_ERR_REMOTE_ACCESS,
+    DION_ERR_ABORTED,
+    DION_ERR_INTERNAL
+} dion_status_t;
+
+/* How a signal word is updated. */
+typedef enum { DION_SIG_SET = 0, DION_SIG_ADD = 1 } dion_sig_op_t;
+
+/* Comparisons for dion_wait: "signal CMP value". */
+typedef enum { DION_CMP_EQ = 0, DION_CMP_NE, DION_CMP_GT, DION_CMP_GE, DION_CMP_LT, DION_CMP_LE } dion_cmp_t;
+
+/* Per-context counters, kept when DION_STATS=1 (dion_dev_stats). */
+typedef struct {
+    uint64_t puts, put_bytes;
+    uint64_t gets, get_bytes;
+    uint64_t signals;
+    uint64_t waits, wait_timeouts;
+    uint64_t atomics;
+    uint64_t fences, quiets, barriers;
+    uint64_t errors;
+} dion_ctx_stats_t;
+
+/* Device-side operation codes, used in error records and traces. */
+typedef enum {
+    DION_OP_NONE = 0,
+    DION_OP_PUT,
+    DION_OP_PUT_SIGNAL,
+    DION_OP_SIGNAL,
+    DION_OP_WAIT,
+    DION_OP_SIGNAL_READ,
+    DION_OP_FENCE,
+    DION_OP_QUIET,
+    DION_OP_BARRIER,
+    DION_OP_GET,
+    DION_OP_FETCH_ADD,
+    DION_OP_COMPARE_SWAP,
+    DION_OP_CTX
+} dion_op_t;
+
+/* Transport that serves one peer. */
+typedef enum { DION_TRANSPORT_NONE = 0, DION_TRANSPORT_SELF, DION_TRANSPORT_P2P } dion_transport_t;
+
+/* Memory scope a peer needs for ordering: GPU when both ends are threads of one device, SYS otherwise. */
+typedef enum { DION_SCOPE_GPU = 0, DION_SCOPE_SYS = 1 } dion_scope_t;
+
+/* One peer's part of a window as the device sees it. */
+struct dion_win_peer {
+    char *base;    /* mapped address of the peer's window; NULL when not load/store reachable */
+    uint64_t size; /* bytes that peer registered (may differ per rank, may be 0) */
+};
+
+#define DION_WIN_MAGIC 0x4e495744u /* "DWIN" */
+#define DION_WIN_HOST 0x1u         /* window lives in host memory (CPU mode, or pinned host) */
+
+/* Device-side window descriptor; dion_win_device() returns a pointer the device (or CPU mode) can read. */
+struct dion_win_dev {
+    uint32_t magic;
+    uint32_t flags;
+    int32_t nranks;
+    uint32_t id;
+    struct dion_win_peer peer[1]; /* nranks entries */
+};
+typedef struct dion_win_dev *dion_dwin_t;
+
+/* Per-peer entry of the device handle. */
+struct dion_dev_peer {
+    uint64_t *signals;  /* the peer's signal table, mapped; NULL when not reachable */
+    uint32_t transport; /* dion_transport_t */
+    uint32_t scope;     /* dion_scope_t */
+};
+
+/* One error that device code recorded; dion_dev_check and the watchdog report it. */
+typedef struct {
+    uint64_t seq; /* 1 + the record's number, written last; 0 while the record is being written */
+    uint32_t status;
+    uint32_t op;
+    int32_t rank;
+    int32_t peer;
+    uint32_t ctx;
+    uint32_t block;
+    uint32_t thread;
+    uint32_t sig;
+    uint32_t cmp;
+    uint32_t pad;
+    uint64_t expected;
+    uint64_t observed;
+    uint64_t offset;
+    uint64_t bytes;
+    uint64_t limit;
+    uint64_t time_ns;
+} dion_err_record_t;
+
+#define DION_ERR_RING 64
+
+/* Written by device code, read by the host: lives in host-mapped memory. Slots are claimed with a counter in
+ * the signal table (device memory), so no atomics touch host memory. */
+struct dion_dev_errors {
+    dion_err_record_t rec[DION_ERR_RING];
+};
+
+/* Handle flags. */
+#define DION_DEVF_CHECK 0x1u        /* DION_CHECK=1: check every argument, record instead of touching memory */
+#define DION_DEVF_STATS 0x2u        /* DION_STATS=1: count ops per context */
+#define DION_DEVF_CPU 0x4u          /* CPU mode: device calls run on CPU threads over host windows */
+#define DION_DEVF_SYS 0x8u          /* fences need system scope: a peer on another GPU, or host windows */
+
+/* Words at the tail of every signal table, after the user's signals. */
+#define DION_CTL_ABORT 0      /* nonzero: the comm was aborted; holds a dion_status_t */
+#define DION_CTL_ABORT_RANK 1 /* the rank that failed or aborted */
+#define DION_CTL_ERR_HEAD 2   /* error records claimed so far */
+#define DION_CTL_WORDS 8      /* then one barrier counter per context */
+
+/* The device handle: a plain struct passed to kernels by value. */
+typedef struct dion_dev {
+    int32_t rank;
+    int32_t nranks;
+    uint32_t num_signals;
+    uint32_t num_contexts;
+    uint64_t wait_timeout_ns; /* 0: wait forever */
+    uint32_t flags;
+    uint32_t generation;
+    uint64_t *signals;             /* this rank's signal table (user signals, control words, barrier counters) */
+    struct dion_dev_peer *peers;   /* [nranks] */
+    struct dion_dev_errors *errors; /* host-mapped error ring */
+    uint64_t *ctx_state;           /* [num_contexts] barrier epochs */
+    dion_ctx_stats_t *stats;       /* [num_contexts], NULL unless DION_STATS=1 */
+    void *host;                    /* host-side bookkeeping; opaque to device code */
+} dion_dev_t;
+
+/* A context: an ordered lane of operations, obtained with dion_ctx(dev, index). */
+typedef struct {
+    dion_dev_t dev;
+    uint32_t index;
+} dion_ctx_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DION_TYPES_H */

@@ -1,0 +1,62 @@
+/* The communicator's host-side state, shared by windows, device handles and the watchdog. */
+#ifndef DION_COMM_H
+#define DION_COMM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "internal.h"
+#include "../bootstrap/bootstrap.h"
+
+/* What every rank tells the others at init. Fixed size: it travels through allgather. */
+typedef struct {
+    char host[64];
+    uint64_t host_key; /* same value on ranks of one node (hostname and boot id) */
+    int32_t pid;
+    int32_t cuda_device; /* ordinal in its own process, -1 without a GPU */
+    uint8_t gpu_uuid[16];
+    uint32_t gpu_pci; /* domain<<16 | bus<<8 | device */
+    uint32_t pad;
+} dion__rank_info_t;
+
+struct dion__devh; /* dev.c */
+
+struct dion_comm {
+    int rank, nranks;
+    uint64_t job; /* from the unique id: names this job's local sockets */
+    dion__boot_t *boot;
+    pthread_mutex_t lock; /* serializes host calls that use the bootstrap */
+    dion__rank_info_t *info; /* [nranks] */
+    int local_rank, local_size;
+    int cuda_device; /* -1: none */
+    int ux_fd;       /* Unix datagram socket for passing file descriptors to local ranks; -1 until needed */
+    uint32_t next_win_id;
+    int live_windows;
+    int host_windows; /* windows whose memory on this rank is host memory */
+    struct dion__devh *devs; /* device handles of this comm */
+    pthread_mutex_t devs_lock; /* guards devs against the watchdog */
+    pthread_t watchdog;
+    int watchdog_running;
+    volatile int watchdog_stop;
+    uint64_t watchdog_interval_ns;
+    int failed_rank_seen; /* a neighbour's bootstrap link broke; -1 while none */
+};
+
+/* Same node as this rank? */
+static inline int dion__comm_is_local(const struct dion_comm *c, int r) { return c->info[r].host_key == c->info[c->rank].host_key; }
+
+dion_status_t dion__comm_check(dion_comm_t comm, const char *fn);
+
+/* Passing file descriptors to local ranks (fdpass.c): every local rank sends its fd to every other local rank
+ * and receives theirs. fds_out[r] is -1 for non-local ranks and this rank. tag distinguishes concurrent uses. */
+dion_status_t dion__fd_exchange(dion_comm_t comm, uint32_t tag, int my_fd, int *fds_out);
+
+/* Watchdog (watchdog.c). */
+dion_status_t dion__watchdog_start(dion_comm_t comm);
+void dion__watchdog_stop(dion_comm_t comm);
+
+/* Device handles (dev.c): called by abort and the watchdog. */
+void dion__dev_abort_all(dion_comm_t comm, dion_status_t why, int failed_rank);
+void dion__dev_report_errors(dion_comm_t comm);
+
+#endif

@@ -1,0 +1,268 @@
+/* The one table of environment variables that DION reads. docs/configuration.md is generated from it
+ * (dion-info --config-markdown) and a test fails when the two drift apart. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+const dion__cfg_entry_t dion__cfg_table[] = {
+    /* logging and diagnostics */
+    {"DION_LOG", DION_CFG_ENUM, "warn", "error|warn|info|debug|trace",
+     "How much the library logs on stderr; each line is prefixed with host and rank.", NULL},
+    {"DION_CHECK", DION_CFG_BOOL, "0", NULL,
+     "1: every device call checks peer, signal index, context and offsets against the target's window and "
+     "writes an error record instead of touching memory.",
+     NULL},
+    {"DION_STATS", DION_CFG_BOOL, "0", NULL,
+     "1: device calls count operations per context (dion_dev_stats). Off by default: counting costs an atomic "
+     "per operation.",
+     NULL},
+    {"DION_WATCHDOG_INTERVAL", DION_CFG_DURATION, "100ms", NULL,
+     "How often the watchdog thread reads the device error ring and reports new records through the logger; "
+     "0 disables the thread.",
+     NULL},
+    /* device behaviour */
+    {"DION_WAIT_TIMEOUT", DION_CFG_DURATION, "10s", NULL,
+     "Default timeout of every device wait, quiet and barrier when dion_dev_attr_t.wait_timeout_ns is 0; "
+     "0 waits forever.",
+     NULL},
+    {"DION_TRANSPORT", DION_CFG_ENUM, "auto", "auto|p2p",
+     "Backend for remote peers. auto: p2p where the peer's memory can be mapped. Later backends (gdaki, "
+     "proxy) add choices.",
+     NULL},
+    {"DION_CPU_MODE", DION_CFG_BOOL, "0", NULL,
+     "1: dion_dev_create builds a CPU-mode handle (device calls run on CPU threads over host windows) even "
+     "when a GPU is present. Without a usable GPU CPU mode is chosen anyway.",
+     NULL},
+    {"DION_DEVICE", DION_CFG_INT, "-1", NULL,
+     "GPU ordinal that comm initialization selects with cudaSetDevice; -1 leaves the current device alone. "
+     "dionrun sets it round-robin.",
+     NULL},
+    {"DION_TMPDIR", DION_CFG_STRING, "/tmp", NULL,
+     "Folder for the rendezvous file that env initialization uses when no root address is given.", NULL},
+    /* bootstrap */
+    {"DION_BOOTSTRAP_TIMEOUT", DION_CFG_DURATION, "60s", NULL,
+     "Bound on every bootstrap wait: connecting to the root and to ring neighbours, and each collective.",
+     NULL},
+    {"DION_BOOTSTRAP_IFNAME", DION_CFG_STRING, NULL, NULL,
+     "Network interface whose IPv4 address the bootstrap root listens on; unset: the first interface that "
+     "is up and not loopback, else loopback.",
+     NULL},
+    {"DION_RANK", DION_CFG_INT, NULL, NULL, "This process's rank for dion_comm_init_env.", NULL},
+    {"DION_NRANKS", DION_CFG_INT, NULL, NULL, "Number of ranks for dion_comm_init_env.", NULL},
+    {"DION_ROOT", DION_CFG_STRING, NULL, NULL,
+     "host:port of the bootstrap root for dion_comm_init_env; rank 0 listens there. Unset: MASTER_ADDR and "
+     "MASTER_PORT+DION_ROOT_PORT_OFFSET, else a rendezvous file in DION_TMPDIR (single-node jobs).",
+     NULL},
+    {"DION_ROOT_PORT_OFFSET", DION_CFG_INT, "1", NULL,
+     "Added to MASTER_PORT when the root address comes from torchrun's variables, so that DION does not "
+     "take the port of torch's own store.",
+     NULL},
+    {"DION_SECRET", DION_CFG_STRING, NULL, NULL,
+     "Shared secret for env initialization with DION_ROOT or MASTER_ADDR; connections that do not present it "
+     "are dropped. Unset: derived from the job id, which only guards against strays from other jobs.",
+     NULL},
+    {"DION_UNIQUE_ID", DION_CFG_STRING, NULL, NULL,
+     "A whole unique id in hex (set by dionrun); with DION_RANK and DION_NRANKS it takes precedence over "
+     "DION_ROOT.",
+     NULL},
+    {"DION_LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node, set by dionrun; informative.", NULL},
+    /* read from launchers */
+    {"OMPI_COMM_WORLD_RANK", DION_CFG_INT, NULL, NULL, "Rank under Open MPI's mpirun.", "launcher"},
+    {"OMPI_COMM_WORLD_SIZE", DION_CFG_INT, NULL, NULL, "Number of ranks under Open MPI's mpirun.", "launcher"},
+    {"OMPI_COMM_WORLD_LOCAL_SIZE", DION_CFG_INT, NULL, NULL,
+     "Ranks on this node under Open MPI; decides whether a rendezvous file can be used.", "launcher"},
+    {"OMPI_COMM_WORLD_LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under Open MPI.", "launcher"},
+    {"PMIX_NAMESPACE", DION_CFG_STRING, NULL, NULL, "Job id under Open MPI (PMIx): names the rendezvous file.",
+     "launcher"},
+    {"OMPI_MCA_ess_base_jobid", DION_CFG_STRING, NULL, NULL,
+     "Job id under Open MPI without PMIx: names the rendezvous file.", "launcher"},
+    {"SLURM_PROCID", DION_CFG_INT, NULL, NULL, "Rank under srun.", "launcher"},
+    {"SLURM_NTASKS", DION_CFG_INT, NULL, NULL, "Number of ranks under srun.", "launcher"},
+    {"SLURM_NNODES", DION_CFG_INT, NULL, NULL, "Nodes of the Slurm job; more than 1 needs DION_ROOT.",
+     "launcher"},
+    {"SLURM_LOCALID", DION_CFG_INT, NULL, NULL, "Rank within the node under srun.", "launcher"},
+    {"SLURM_JOB_ID", DION_CFG_STRING, NULL, NULL, "Names the rendezvous file under Slurm.", "launcher"},
+    {"SLURM_STEP_ID", DION_CFG_STRING, NULL, NULL, "Names the rendezvous file under Slurm.", "launcher"},
+    {"RANK", DION_CFG_INT, NULL, NULL, "Rank under torchrun.", "launcher"},
+    {"WORLD_SIZE", DION_CFG_INT, NULL, NULL, "Number of ranks under torchrun.", "launcher"},
+    {"LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under torchrun.", "launcher"},
+    {"MASTER_ADDR", DION_CFG_STRING, NULL, NULL, "torchrun's rendezvous host; DION's root runs there.",
+     "launcher"},
+    {"MASTER_PORT", DION_CFG_INT, NULL, NULL, "torchrun's store port; DION listens on it plus DION_ROOT_PORT_OFFSET.",
+     "launcher"},
+    {"TORCHELASTIC_RUN_ID", DION_CFG_STRING, NULL, NULL, "torchrun's job id: seeds the default secret.",
+     "launcher"},
+    /* dionrun */
+    {"CUDA_VISIBLE_DEVICES", DION_CFG_STRING, NULL, NULL,
+     "dionrun counts the GPUs it hands out from this list when set (else from the driver's list).", "dionrun"},
+    {"CUDA_MPS_PIPE_DIRECTORY", DION_CFG_STRING, NULL, NULL,
+     "dionrun --mps uses a running MPS daemon found here, else starts its own in a private folder and sets "
+     "this for the ranks.",
+     "dionrun"},
+    {"PATH", DION_CFG_STRING, NULL, NULL, "dionrun finds nvidia-cuda-mps-control here.", "dionrun"},
+};
+const int dion__cfg_count = (int)(sizeof dion__cfg_table / sizeof dion__cfg_table[0]);
+
+const dion__cfg_entry_t *dion__cfg_find(const char *name)
+{
+    for (int i = 0; i < dion__cfg_count; i++)
+        if (strcmp(dion__cfg_table[i].name, name) == 0) return &dion__cfg_table[i];
+    return NULL;
+}
+
+const char *dion__cfg_env(const char *name)
+{
+    if (!dion__cfg_find(name)) {
+        /* A variable missing from the table is a bug of ours: the docs would not mention it. */
+        DION_LOG(DION_LOG_ERROR, "internal: environment variable %s is read but not in the configuration table",
+                 name);
+        return NULL;
+    }
+    const char *v = getenv(name);
+    return (v && *v) ? v : NULL;
+}
+
+const char *dion__cfg_str(const char *name)
+{
+    const char *v = dion__cfg_env(name);
+    if (v) return v;
+    const dion__cfg_entry_t *e = dion__cfg_find(name);
+    return e ? e->def : NULL;
+}
+
+dion_status_t dion__cfg_int(const char *name, long long min, long long max, long long *out)
+{
+    const char *v = dion__cfg_str(name);
+    if (!v) return DION_ERR_INVALID_ARG; /* unset and no default: caller decides, no sentence */
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    while (end && isspace((unsigned char)*end)) end++;
+    if (errno || end == v || (end && *end))
+        return dion__error(DION_ERR_INVALID_ARG, "%s='%s' is not an integer; set it to a whole number in [%lld, %lld]",
+                           name, v, min, max);
+    if (x < min || x > max)
+        return dion__error(DION_ERR_INVALID_ARG, "%s=%lld is out of range; it must lie in [%lld, %lld]", name, x, min,
+                           max);
+    *out = x;
+    return DION_SUCCESS;
+}
+
+dion_status_t dion__cfg_bool(const char *name, int *out)
+{
+    const char *v = dion__cfg_str(name);
+    if (!v) {
+        *out = 0;
+        return DION_SUCCESS;
+    }
+    if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on")) {
+        *out = 1;
+        return DION_SUCCESS;
+    }
+    if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off")) {
+        *out = 0;
+        return DION_SUCCESS;
+    }
+    return dion__error(DION_ERR_INVALID_ARG, "%s='%s' is not a boolean; use 1 or 0", name, v);
+}
+
+dion_status_t dion__parse_duration_ns(const char *text, uint64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(text, &end);
+    if (errno || end == text || x < 0) return DION_ERR_INVALID_ARG;
+    double mult = 1e9; /* a bare number is seconds */
+    if (*end) {
+        if (!strcmp(end, "ns")) mult = 1;
+        else if (!strcmp(end, "us")) mult = 1e3;
+        else if (!strcmp(end, "ms")) mult = 1e6;
+        else if (!strcmp(end, "s")) mult = 1e9;
+        else if (!strcmp(end, "m")) mult = 60e9;
+        else if (!strcmp(end, "h")) mult = 3600e9;
+        else return DION_ERR_INVALID_ARG;
+    }
+    double ns = x * mult;
+    if (ns > 1.8e19) return DION_ERR_INVALID_ARG;
+    *out = (uint64_t)ns;
+    return DION_SUCCESS;
+}
+
+dion_status_t dion__cfg_duration_ns(const char *name, uint64_t *out)
+{
+    const char *v = dion__cfg_str(name);
+    if (!v) return DION_ERR_INVALID_ARG;
+    if (dion__parse_duration_ns(v, out) != DION_SUCCESS)
+        return dion__error(DION_ERR_INVALID_ARG,
+                           "%s='%s' is not a duration; write a number with a unit (500ms, 30s, 2m; a bare number "
+                           "is seconds)",
+                           name, v);
+    return DION_SUCCESS;
+}
+
+dion_status_t dion__cfg_enum(const char *name, int *out)
+{
+    const dion__cfg_entry_t *e = dion__cfg_find(name);
+    const char *v = dion__cfg_str(name);
+    if (!e || !e->choices || !v) return DION_ERR_INTERNAL;
+    int idx = 0;
+    const char *p = e->choices;
+    size_t vlen = strlen(v);
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == vlen && strncasecmp(p, v, len) == 0) {
+            *out = idx;
+            return DION_SUCCESS;
+        }
+        idx++;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return dion__error(DION_ERR_INVALID_ARG, "%s='%s' is not one of %s", name, v, e->choices);
+}
+
+static const char *dion__cfg_type_name(const dion__cfg_entry_t *e)
+{
+    switch (e->type) {
+    case DION_CFG_INT: return "integer";
+    case DION_CFG_BOOL: return "boolean";
+    case DION_CFG_DURATION: return "duration";
+    case DION_CFG_STRING: return "string";
+    case DION_CFG_ENUM: return e->choices;
+    }
+    return "?";
+}
+
+void dion__cfg_markdown(FILE *out)
+{
+    fprintf(out, "# Configuration\n\n");
+    fprintf(out, "Every environment variable DION reads. This page is generated from the table in `src/config.c` by\n"
+                 "`dion-info --config-markdown`; the test `unit_config_docs` fails when the two differ.\n\n"
+                 "Durations take a unit (`ns`, `us`, `ms`, `s`, `m`, `h`); a bare number is seconds. Booleans are "
+                 "`1`/`0` (also `true`/`false`, `yes`/`no`, `on`/`off`).\n\n");
+    const char *sections[] = {NULL, "launcher", "dionrun"};
+    const char *titles[] = {"Read by libdion", "Read from launchers (set by mpirun, srun or torchrun)",
+                            "Read by dionrun"};
+    for (int s = 0; s < 3; s++) {
+        fprintf(out, "## %s\n\n| variable | type | default | meaning |\n|---|---|---|---|\n", titles[s]);
+        for (int i = 0; i < dion__cfg_count; i++) {
+            const dion__cfg_entry_t *e = &dion__cfg_table[i];
+            int match = sections[s] ? (e->reader && !strcmp(e->reader, sections[s])) : e->reader == NULL;
+            if (!match) continue;
+            char type[128];
+            size_t k = 0;
+            for (const char *t = dion__cfg_type_name(e); *t && k < sizeof type - 3; t++) {
+                if (*t == '|') type[k++] = '\\'; /* a bare bar would end the table cell */
+                type[k++] = *t;
+            }
+            type[k] = 0;
+            fprintf(out, "| `%s` | %s | %s | %s |\n", e->name, type, e->def ? e->def : "(unset)", e->help);
+        }
+        fprintf(out, "\n");
+    }
+}

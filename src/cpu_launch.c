@@ -1,0 +1,119 @@
+/* CPU mode: runs "kernels" on CPU threads, each with its own block and thread index, so that the device
+ * API, warp and block variants included, behaves as in a launch. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dion/device/arch.cuh"
+#include "internal.h"
+
+#define DION__CPU_MAX_THREADS 4096
+
+typedef struct {
+    pthread_barrier_t block;
+    pthread_barrier_t *warps;
+    uint32_t nwarps;
+} dion__cpu_block_t;
+
+typedef struct {
+    dion_cpu_ids_t ids;
+    dion__cpu_block_t *blk;
+    void (*fn)(void *);
+    void *arg;
+} dion__cpu_thread_t;
+
+static _Thread_local dion__cpu_thread_t *dion__cpu_me;
+
+const dion_cpu_ids_t *dion__cpu_ids(void) { return dion__cpu_me ? &dion__cpu_me->ids : NULL; }
+
+void dion__cpu_sync_block(void)
+{
+    if (dion__cpu_me) pthread_barrier_wait(&dion__cpu_me->blk->block);
+}
+
+void dion__cpu_sync_warp(void)
+{
+    if (dion__cpu_me) pthread_barrier_wait(&dion__cpu_me->blk->warps[dion__cpu_me->ids.thread / DION__WARP_SIZE]);
+}
+
+/* Spinning ranks share few cores in CPU mode: yield early, then sleep. */
+void dion__cpu_pause(uint32_t polls)
+{
+    if (polls < 16) return;
+    if (polls < 2048) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+}
+
+uint64_t dion__cpu_time_ns(void) { return dion__now_ns(); }
+
+static void *dion__cpu_thread_main(void *p)
+{
+    dion__cpu_me = p;
+    dion__cpu_me->fn(dion__cpu_me->arg);
+    dion__cpu_me = NULL;
+    return NULL;
+}
+
+DION_API dion_status_t dion_cpu_launch(unsigned grid, unsigned block, void (*fn)(void *), void *arg)
+{
+    if (!fn) return dion__error(DION_ERR_INVALID_ARG, "dion_cpu_launch: fn is NULL");
+    if (grid == 0 || block == 0 || (unsigned long long)grid * block > DION__CPU_MAX_THREADS)
+        return dion__error(DION_ERR_INVALID_ARG,
+                           "dion_cpu_launch: grid=%u x block=%u threads; both must be >= 1 and the product at most %d",
+                           grid, block, DION__CPU_MAX_THREADS);
+    size_t total = (size_t)grid * block;
+    uint32_t nwarps = (block + DION__WARP_SIZE - 1) / DION__WARP_SIZE;
+    dion__cpu_block_t *blocks = calloc(grid, sizeof *blocks);
+    dion__cpu_thread_t *threads = calloc(total, sizeof *threads);
+    pthread_t *tids = calloc(total, sizeof *tids);
+    dion_status_t st = DION_SUCCESS;
+    if (!blocks || !threads || !tids) {
+        free(blocks), free(threads), free(tids);
+        return dion__error(DION_ERR_NO_MEMORY, "dion_cpu_launch: out of memory");
+    }
+    for (unsigned b = 0; b < grid; b++) {
+        pthread_barrier_init(&blocks[b].block, NULL, block);
+        blocks[b].nwarps = nwarps;
+        blocks[b].warps = calloc(nwarps, sizeof *blocks[b].warps);
+        for (uint32_t w = 0; w < nwarps; w++) {
+            uint32_t first = w * DION__WARP_SIZE, n = block - first < DION__WARP_SIZE ? block - first : DION__WARP_SIZE;
+            pthread_barrier_init(&blocks[b].warps[w], NULL, n);
+        }
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1u << 20);
+    size_t started = 0;
+    for (size_t i = 0; i < total; i++) {
+        dion__cpu_thread_t *t = &threads[i];
+        t->ids.block = (uint32_t)(i / block);
+        t->ids.thread = (uint32_t)(i % block);
+        t->ids.nblocks = grid;
+        t->ids.nthreads = block;
+        t->blk = &blocks[i / block];
+        t->fn = fn;
+        t->arg = arg;
+        if (pthread_create(&tids[i], &attr, dion__cpu_thread_main, t) != 0) {
+            st = dion__error(DION_ERR_NO_MEMORY, "dion_cpu_launch: could only start %zu of %zu threads", i, total);
+            break;
+        }
+        started++;
+    }
+    pthread_attr_destroy(&attr);
+    /* A partial launch would leave block barriers waiting for threads that never came: only join what runs
+     * when everything started; otherwise the started threads are joined too, after which nothing waits. */
+    for (size_t i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    for (unsigned b = 0; b < grid; b++) {
+        pthread_barrier_destroy(&blocks[b].block);
+        for (uint32_t w = 0; w < nwarps; w++) pthread_barrier_destroy(&blocks[b].warps[w]);
+        free(blocks[b].warps);
+    }
+    free(blocks), free(threads), free(tids);
+    return st;
+}

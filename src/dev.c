@@ -1,0 +1,480 @@
+/* Device handles: the signal table every rank shares with its peers, per-peer tables, contexts, and the error
+ * ring that device code writes and dion_dev_check / the watchdog read. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "cuda.h"
+#include "transports/p2p/p2p.h"
+
+struct dion__devh {
+    struct dion__devh *next;
+    dion_comm_t comm;
+    dion_dev_t dev;
+    int cpu;
+    uint64_t *table; /* this rank's signal table (device memory, or shared host memory in CPU mode) */
+    size_t table_words;
+    dion__mem_import_t *imports; /* [nranks] peers' tables */
+    uint64_t **tables;           /* [nranks] every table as mapped here (NULL when unreachable) */
+    struct dion_dev_errors *errors_host;
+    uint64_t check_cursor, watch_cursor;
+    cudaStream_t stream; /* non-blocking: host reads and abort writes never wait for user kernels */
+};
+
+static const char *dion__op_name(uint32_t op)
+{
+    static const char *names[] = {"none",   "put",   "put_signal", "signal",    "wait",      "signal_read", "fence",
+                                  "quiet",  "barrier", "get",      "fetch_add", "compare_swap", "ctx"};
+    return op < sizeof names / sizeof names[0] ? names[op] : "?";
+}
+
+static const char *dion__cmp_name(uint32_t cmp)
+{
+    static const char *names[] = {"==", "!=", ">", ">=", "<", "<="};
+    return cmp < 6 ? names[cmp] : "?";
+}
+
+/* One sentence for a device error record. */
+static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "rank %d block %u thread %u ctx %u: %s: ", r->rank, r->block, r->thread, r->ctx,
+                     dion__op_name(r->op));
+    if (n < 0 || (size_t)n >= cap) return;
+    out += n, cap -= (size_t)n;
+    switch (r->status) {
+    case DION_ERR_TIMEOUT:
+        snprintf(out, cap,
+                 "timed out after %.3f s: signal %u %s %llu never held (last value %llu); the peer that should "
+                 "signal it did not, or DION_WAIT_TIMEOUT is too short",
+                 (double)r->limit / 1e9, r->sig, dion__cmp_name(r->cmp), (unsigned long long)r->expected,
+                 (unsigned long long)r->observed);
+        break;
+    case DION_ERR_REMOTE_ACCESS:
+        snprintf(out, cap,
+                 "to peer %d: offset %llu + %llu bytes lies outside rank %llu's part of the window (%llu bytes)%s; "
+                 "nothing was written",
+                 r->peer, (unsigned long long)r->offset, (unsigned long long)r->bytes, (unsigned long long)r->observed,
+                 (unsigned long long)r->limit,
+                 r->expected > 1 ? " or the offset is not 8-byte aligned (atomics need it)" : "");
+        break;
+    default:
+        if (r->op == DION_OP_CTX)
+            snprintf(out, cap, "context index %llu is not below num_contexts=%llu", (unsigned long long)r->observed,
+                     (unsigned long long)r->expected);
+        else if (r->limit && r->sig >= r->limit && (r->op == DION_OP_SIGNAL || r->op == DION_OP_PUT_SIGNAL ||
+                                                    r->op == DION_OP_WAIT || r->op == DION_OP_SIGNAL_READ))
+            snprintf(out, cap, "signal index %u is not below num_signals=%llu", r->sig, (unsigned long long)r->limit);
+        else if (r->peer < 0 || (r->limit && (uint64_t)r->peer >= r->limit))
+            snprintf(out, cap, "peer %d is not a rank in [0, %llu)", r->peer, (unsigned long long)r->limit);
+        else if (r->op == DION_OP_WAIT)
+            snprintf(out, cap, "comparison %u is not a dion_cmp_t", r->cmp);
+        else
+            snprintf(out, cap, "invalid argument (peer %d, window or signal operation); nothing was touched",
+                     r->peer);
+    }
+}
+
+/* Reads the records after *cursor; calls fn for each. Returns how many were lost to ring overflow. */
+static uint64_t dion__read_records(struct dion__devh *h, uint64_t *cursor,
+                                   void (*fn)(const dion_err_record_t *, void *), void *arg)
+{
+    uint64_t lost = 0;
+    if (!h->errors_host) return 0;
+    for (;;) {
+        dion_err_record_t *slot = &h->errors_host->rec[*cursor % DION_ERR_RING];
+        uint64_t seq = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
+        if (seq == 0 || seq <= *cursor) break;
+        if (seq > *cursor + 1) { /* the device wrapped around the ring: older records were overwritten */
+            lost += seq - 1 - *cursor;
+            *cursor = seq - 1;
+        }
+        dion_err_record_t copy = *slot;
+        if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != seq) continue; /* rewritten while we read */
+        fn(&copy, arg);
+        (*cursor)++;
+    }
+    return lost;
+}
+
+static void dion__log_record(const dion_err_record_t *r, void *arg)
+{
+    char text[512];
+    dion__describe(r, text, sizeof text);
+    DION_LOG(DION_LOG_WARN, "device error %s: %s", dion_status_string((dion_status_t)r->status), text);
+}
+
+void dion__dev_report_errors(dion_comm_t c)
+{
+    pthread_mutex_lock(&c->devs_lock);
+    for (struct dion__devh *h = c->devs; h; h = h->next) {
+        uint64_t lost = dion__read_records(h, &h->watch_cursor, dion__log_record, NULL);
+        if (lost) DION_LOG(DION_LOG_WARN, "device error ring overflowed: %llu records lost", (unsigned long long)lost);
+    }
+    pthread_mutex_unlock(&c->devs_lock);
+}
+
+/* Writes why and who into the control words of every table this rank can reach, its own first. */
+static void dion__devh_abort(struct dion__devh *h, dion_status_t why, int failed_rank)
+{
+    dion_comm_t c = h->comm;
+    uint64_t words[2] = {(uint64_t)failed_rank, (uint64_t)why};
+    for (int i = 0; i <= c->nranks; i++) {
+        int r = i == 0 ? c->rank : i - 1;
+        if (i > 0 && r == c->rank) continue;
+        uint64_t *t = h->tables[r];
+        if (!t) continue;
+        uint64_t *ctl = t + h->dev.num_signals;
+        if (h->cpu) {
+            __atomic_store_n(&ctl[DION_CTL_ABORT_RANK], words[0], __ATOMIC_RELAXED);
+            __atomic_store_n(&ctl[DION_CTL_ABORT], words[1], __ATOMIC_RELEASE);
+        } else {
+            /* rank first, status last: a waiter that sees the status finds the rank too */
+            cudaMemcpyAsync(&ctl[DION_CTL_ABORT_RANK], &words[0], 8, cudaMemcpyHostToDevice, h->stream);
+            cudaMemcpyAsync(&ctl[DION_CTL_ABORT], &words[1], 8, cudaMemcpyHostToDevice, h->stream);
+        }
+    }
+    if (!h->cpu && cudaStreamSynchronize(h->stream) != cudaSuccess) {
+        cudaGetLastError();
+        DION_LOG(DION_LOG_WARN, "could not write the abort flag to every peer");
+    }
+}
+
+void dion__dev_abort_all(dion_comm_t c, dion_status_t why, int failed_rank)
+{
+    pthread_mutex_lock(&c->devs_lock);
+    if (c->cuda_device >= 0) cudaSetDevice(c->cuda_device); /* may run on the watchdog thread */
+    for (struct dion__devh *h = c->devs; h; h = h->next) dion__devh_abort(h, why, failed_rank);
+    pthread_mutex_unlock(&c->devs_lock);
+}
+
+static void dion__devh_free(struct dion__devh *h)
+{
+    dion_comm_t c = h->comm;
+    if (h->imports)
+        for (int r = 0; r < c->nranks; r++) dion__p2p_unmap(&h->imports[r]);
+    if (h->cpu) {
+        if (h->table) dion__host_free(h->table);
+        free(h->dev.peers);
+        free(h->errors_host);
+        free(h->dev.ctx_state);
+        free(h->dev.stats);
+    } else {
+        if (h->table) cudaFree(h->table);
+        if (h->dev.peers) cudaFree(h->dev.peers);
+        if (h->errors_host) cudaFreeHost(h->errors_host);
+        if (h->dev.ctx_state) cudaFree(h->dev.ctx_state);
+        if (h->dev.stats) cudaFree(h->dev.stats);
+        if (h->stream) cudaStreamDestroy(h->stream);
+    }
+    free(h->imports);
+    free(h->tables);
+    free(h);
+}
+
+/* Same as in win.c: every rank learns whether every rank succeeded. */
+static dion_status_t dion__dev_agree(dion_comm_t c, dion_status_t mine, const char *what)
+{
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)c->nranks), me = (int32_t)mine;
+    if (!all) return dion__error(DION_ERR_NO_MEMORY, "out of memory");
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", dion_last_error());
+    dion_status_t st = dion__boot_allgather(c->boot, &me, sizeof me, all);
+    for (int r = 0; st == DION_SUCCESS && r < c->nranks; r++)
+        if (all[r] != DION_SUCCESS) {
+            st = (dion_status_t)all[r];
+            if (r == c->rank) dion__error_set(st, "%s", saved);
+            else dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r, dion_status_string(st));
+        }
+    free(all);
+    return st;
+}
+
+static dion_status_t dion__dev_alloc(struct dion__devh *h, size_t bytes, int zero, void **out)
+{
+    *out = NULL;
+    if (!bytes) return DION_SUCCESS;
+    if (h->cpu) {
+        *out = calloc(1, bytes);
+        return *out ? DION_SUCCESS : dion__error(DION_ERR_NO_MEMORY, "out of memory (%zu bytes)", bytes);
+    }
+    DION_CUDA_TRY(cudaMalloc(out, bytes));
+    if (zero) DION_CUDA_TRY(cudaMemset(*out, 0, bytes));
+    return DION_SUCCESS;
+}
+
+static dion_status_t dion__dev_options(const dion_dev_attr_t *attr, dion_dev_attr_t *a, uint32_t *flags, int *cpu,
+                                       dion_comm_t c)
+{
+    dion_status_t st;
+    int check = 0, stats = 0, force_cpu = 0, transport = 0;
+    uint64_t timeout = 0;
+    memset(a, 0, sizeof *a);
+    if (attr) *a = *attr;
+    if (a->num_signals == 0) a->num_signals = 1024;
+    if (a->num_contexts == 0) a->num_contexts = 1;
+    if (a->num_signals > (1u << 24))
+        return dion__error(DION_ERR_INVALID_ARG, "dion_dev_create: num_signals=%u exceeds the limit of %u",
+                           a->num_signals, 1u << 24);
+    if (a->num_contexts > (1u << 16))
+        return dion__error(DION_ERR_INVALID_ARG, "dion_dev_create: num_contexts=%u exceeds the limit of %u",
+                           a->num_contexts, 1u << 16);
+    if (a->flags & ~DION_DEV_FLAG_CPU)
+        return dion__error(DION_ERR_INVALID_ARG, "dion_dev_create: unknown flags 0x%x", a->flags & ~DION_DEV_FLAG_CPU);
+    if ((st = dion__cfg_bool("DION_CHECK", &check)) != DION_SUCCESS) return st;
+    if ((st = dion__cfg_bool("DION_STATS", &stats)) != DION_SUCCESS) return st;
+    if ((st = dion__cfg_bool("DION_CPU_MODE", &force_cpu)) != DION_SUCCESS) return st;
+    if ((st = dion__cfg_enum("DION_TRANSPORT", &transport)) != DION_SUCCESS) return st;
+    if ((st = dion__cfg_duration_ns("DION_WAIT_TIMEOUT", &timeout)) != DION_SUCCESS) return st;
+    if (a->wait_timeout_ns == 0) a->wait_timeout_ns = timeout; /* env: 0 means forever */
+    else if (a->wait_timeout_ns == UINT64_MAX) a->wait_timeout_ns = 0;
+    *cpu = (a->flags & DION_DEV_FLAG_CPU) || force_cpu || c->cuda_device < 0;
+    *flags = (check ? DION_DEVF_CHECK : 0) | (stats ? DION_DEVF_STATS : 0) | (*cpu ? DION_DEVF_CPU : 0);
+    return DION_SUCCESS;
+}
+
+dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_dev_t *dev)
+{
+    dion_status_t st = dion__comm_check(c, "dion_dev_create");
+    if (st != DION_SUCCESS) return st;
+    if (!dev) return dion__error(DION_ERR_INVALID_ARG, "dion_dev_create: dev is NULL");
+    memset(dev, 0, sizeof *dev);
+    dion_dev_attr_t a;
+    uint32_t flags = 0;
+    int cpu = 0, n = c->nranks;
+    st = dion__dev_options(attr, &a, &flags, &cpu, c);
+
+    struct dion__devh *h = calloc(1, sizeof *h);
+    dion__mem_desc_t *descs = calloc((size_t)n, sizeof *descs);
+    int(*fds)[DION__VMM_MAX_CHUNKS] = calloc((size_t)n, sizeof *fds);
+    struct dion_dev_peer *peers = calloc((size_t)n, sizeof *peers);
+    int32_t *modes = calloc((size_t)n, sizeof *modes);
+    dion__mem_export_t exp = {.nfds = 0};
+    if (st == DION_SUCCESS && (!h || !descs || !fds || !peers || !modes))
+        st = dion__error(DION_ERR_NO_MEMORY, "out of memory creating a device handle");
+    for (int r = 0; fds && r < n; r++)
+        for (int k = 0; k < DION__VMM_MAX_CHUNKS; k++) fds[r][k] = -1;
+    if (h) {
+        h->comm = c;
+        h->cpu = cpu;
+        h->imports = calloc((size_t)n, sizeof *h->imports);
+        h->tables = calloc((size_t)n, sizeof *h->tables);
+        if (!h->imports || !h->tables) st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
+    }
+    pthread_mutex_lock(&c->lock);
+
+    /* Every rank must run the device API the same way. */
+    dion_status_t ag = dion__dev_agree(c, st, "reading the device handle options");
+    int32_t mymode = cpu;
+    if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &mymode, sizeof mymode, modes);
+    for (int r = 0; ag == DION_SUCCESS && r < n; r++)
+        if (modes[r] != mymode)
+            ag = dion__error(DION_ERR_INVALID_ARG,
+                             "rank %d runs in %s mode but rank %d in %s mode; set DION_CPU_MODE (or the CPU flag) the "
+                             "same on every rank",
+                             c->rank, cpu ? "CPU" : "GPU", r, modes[r] ? "CPU" : "GPU");
+
+    /* This rank's signal table: user signals, control words, one barrier counter per context. */
+    if (ag == DION_SUCCESS) {
+        h->table_words = (size_t)a.num_signals + DION_CTL_WORDS + a.num_contexts;
+        size_t bytes = (h->table_words * 8 + 4095) / 4096 * 4096;
+        if (cpu) {
+            st = dion__host_alloc(bytes, (void **)&h->table); /* fresh memfd pages are zero */
+        } else {
+            if (c->cuda_device >= 0) cudaSetDevice(c->cuda_device);
+            st = dion__dev_alloc(h, bytes, 1, (void **)&h->table);
+            if (st == DION_SUCCESS)
+                st = dion__cuda_check(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        }
+        if (st == DION_SUCCESS) st = dion__p2p_export(c, h->table, h->table_words * 8, &descs[c->rank], &exp);
+        ag = dion__dev_agree(c, st, "allocating the signal table");
+    }
+    if (ag == DION_SUCCESS) {
+        dion__mem_desc_t mine = descs[c->rank];
+        ag = dion__boot_allgather(c->boot, &mine, sizeof mine, descs);
+    }
+    if (ag == DION_SUCCESS) ag = dion__p2p_share_fds(c, descs, &exp, fds);
+
+    /* Map every peer's table; a peer that cannot be mapped has no backend in this build. */
+    if (ag == DION_SUCCESS) {
+        st = DION_SUCCESS;
+        for (int r = 0; r < n && st == DION_SUCCESS; r++) {
+            if (r == c->rank) {
+                h->tables[r] = h->table;
+                peers[r].transport = DION_TRANSPORT_SELF;
+                peers[r].scope = DION_SCOPE_GPU;
+            } else {
+                const char *why = NULL;
+                if (!dion__p2p_reachable(c, r, descs[r].kind, &why)) {
+                    st = dion__error(DION_ERR_UNSUPPORTED,
+                                     "rank %d cannot reach rank %d (host %s): %s. This build has the p2p backend "
+                                     "only; gdaki and proxy (network) backends are planned",
+                                     c->rank, r, c->info[r].host, why);
+                    break;
+                }
+                st = dion__p2p_import(c, r, &descs[r], fds[r], &h->imports[r]);
+                h->tables[r] = (uint64_t *)h->imports[r].base;
+                peers[r].transport = DION_TRANSPORT_P2P;
+                peers[r].scope = dion__p2p_peer_scope(c, r, cpu);
+            }
+            peers[r].signals = h->tables[r];
+            if (peers[r].scope == DION_SCOPE_SYS) flags |= DION_DEVF_SYS;
+        }
+        if (cpu || c->host_windows) flags |= DION_DEVF_SYS;
+        ag = dion__dev_agree(c, st, "mapping the peers' signal tables");
+    }
+
+    /* Device-visible pieces: peer table, error ring (host-mapped), context state, statistics. */
+    if (ag == DION_SUCCESS) {
+        size_t peers_bytes = sizeof *peers * (size_t)n;
+        st = dion__dev_alloc(h, peers_bytes, 0, (void **)&h->dev.peers);
+        if (st == DION_SUCCESS) {
+            if (cpu) memcpy(h->dev.peers, peers, peers_bytes);
+            else st = dion__cuda_check(cudaMemcpy(h->dev.peers, peers, peers_bytes, cudaMemcpyHostToDevice),
+                                       "copying the peer table");
+        }
+        if (st == DION_SUCCESS) {
+            if (cpu) {
+                h->errors_host = calloc(1, sizeof *h->errors_host);
+                h->dev.errors = h->errors_host;
+                if (!h->errors_host) st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
+            } else {
+                st = dion__cuda_check(cudaHostAlloc((void **)&h->errors_host, sizeof *h->errors_host,
+                                                    cudaHostAllocMapped | cudaHostAllocPortable),
+                                      "cudaHostAlloc for the error ring");
+                if (st == DION_SUCCESS) {
+                    memset(h->errors_host, 0, sizeof *h->errors_host);
+                    st = dion__cuda_check(cudaHostGetDevicePointer((void **)&h->dev.errors, h->errors_host, 0),
+                                          "cudaHostGetDevicePointer");
+                }
+            }
+        }
+        if (st == DION_SUCCESS) st = dion__dev_alloc(h, sizeof(uint64_t) * a.num_contexts, 1, (void **)&h->dev.ctx_state);
+        if (st == DION_SUCCESS && (flags & DION_DEVF_STATS))
+            st = dion__dev_alloc(h, sizeof(dion_ctx_stats_t) * a.num_contexts, 1, (void **)&h->dev.stats);
+        ag = dion__dev_agree(c, st, "creating the device handle");
+    }
+    /* Nobody signals a table before its owner has finished. */
+    if (ag == DION_SUCCESS) ag = dion__boot_barrier(c->boot);
+    pthread_mutex_unlock(&c->lock);
+
+    for (int r = 0; fds && r < n; r++)
+        for (int k = 0; k < DION__VMM_MAX_CHUNKS; k++)
+            if (fds[r][k] >= 0) close(fds[r][k]);
+    dion__p2p_export_close(&exp);
+    free(descs);
+    free(fds);
+    free(peers);
+    free(modes);
+    if (ag != DION_SUCCESS) {
+        if (h) dion__devh_free(h);
+        return ag;
+    }
+    h->dev.rank = c->rank;
+    h->dev.nranks = n;
+    h->dev.num_signals = a.num_signals;
+    h->dev.num_contexts = a.num_contexts;
+    h->dev.wait_timeout_ns = a.wait_timeout_ns;
+    h->dev.flags = flags;
+    h->dev.signals = h->table;
+    h->dev.host = h;
+    pthread_mutex_lock(&c->devs_lock);
+    h->next = c->devs;
+    c->devs = h;
+    pthread_mutex_unlock(&c->devs_lock);
+    *dev = h->dev;
+    DION_LOG(DION_LOG_INFO, "device handle: %s mode, %u signals, %u contexts, %s scope, check %s, stats %s",
+             cpu ? "CPU" : "GPU", a.num_signals, a.num_contexts, (flags & DION_DEVF_SYS) ? "system" : "GPU",
+             (flags & DION_DEVF_CHECK) ? "on" : "off", (flags & DION_DEVF_STATS) ? "on" : "off");
+    return DION_SUCCESS;
+}
+
+static struct dion__devh *dion__devh_of(dion_comm_t c, const dion_dev_t *dev, const char *fn)
+{
+    if (!dev || !dev->host) {
+        dion__error(DION_ERR_INVALID_ARG, "%s: dev is NULL or was not made by dion_dev_create", fn);
+        return NULL;
+    }
+    pthread_mutex_lock(&c->devs_lock);
+    struct dion__devh *h = c->devs;
+    while (h && h != dev->host) h = h->next;
+    pthread_mutex_unlock(&c->devs_lock);
+    if (!h) dion__error(DION_ERR_INVALID_ARG, "%s: dev does not belong to this comm (or was destroyed)", fn);
+    return h;
+}
+
+dion_status_t dion_dev_destroy(dion_comm_t c, dion_dev_t *dev)
+{
+    dion_status_t st = dion__comm_check(c, "dion_dev_destroy");
+    if (st != DION_SUCCESS) return st;
+    struct dion__devh *h = dion__devh_of(c, dev, "dion_dev_destroy");
+    if (!h) return DION_ERR_INVALID_ARG;
+    pthread_mutex_lock(&c->lock);
+    /* Every rank stops using everybody's tables before anyone frees its own. */
+    st = dion__boot_barrier(c->boot);
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->devs_lock);
+    struct dion__devh **pp = &c->devs;
+    while (*pp != h) pp = &(*pp)->next;
+    *pp = h->next;
+    pthread_mutex_unlock(&c->devs_lock);
+    dion__devh_free(h);
+    memset(dev, 0, sizeof *dev);
+    return st;
+}
+
+typedef struct {
+    int count;
+    dion_err_record_t first;
+} dion__check_acc_t;
+
+static void dion__check_collect(const dion_err_record_t *r, void *arg)
+{
+    dion__check_acc_t *acc = arg;
+    if (acc->count++ == 0) acc->first = *r;
+}
+
+dion_status_t dion_dev_check(dion_comm_t c, const dion_dev_t *dev)
+{
+    dion_status_t st = dion__comm_check(c, "dion_dev_check");
+    if (st != DION_SUCCESS) return st;
+    struct dion__devh *h = dion__devh_of(c, dev, "dion_dev_check");
+    if (!h) return DION_ERR_INVALID_ARG;
+    dion__check_acc_t acc = {0};
+    uint64_t lost = dion__read_records(h, &h->check_cursor, dion__check_collect, &acc);
+    if (acc.count == 0 && lost == 0) {
+        dion__error_clear();
+        return DION_SUCCESS;
+    }
+    if (acc.count == 0)
+        return dion__error(DION_ERR_INTERNAL, "%llu device errors were recorded but overwritten before they were read",
+                           (unsigned long long)lost);
+    char text[640];
+    dion__describe(&acc.first, text, sizeof text);
+    if (acc.count > 1 || lost)
+        return dion__error((dion_status_t)acc.first.status, "%s (and %d more device errors%s)", text,
+                           acc.count - 1 + (int)lost, lost ? ", some overwritten" : "");
+    return dion__error((dion_status_t)acc.first.status, "%s", text);
+}
+
+dion_status_t dion_dev_stats(dion_comm_t c, const dion_dev_t *dev, uint32_t ctx, dion_ctx_stats_t *out)
+{
+    dion_status_t st = dion__comm_check(c, "dion_dev_stats");
+    if (st != DION_SUCCESS) return st;
+    struct dion__devh *h = dion__devh_of(c, dev, "dion_dev_stats");
+    if (!h) return DION_ERR_INVALID_ARG;
+    if (!out) return dion__error(DION_ERR_INVALID_ARG, "dion_dev_stats: out is NULL");
+    if (ctx >= h->dev.num_contexts)
+        return dion__error(DION_ERR_INVALID_ARG, "dion_dev_stats: ctx=%u is not below num_contexts=%u", ctx,
+                           h->dev.num_contexts);
+    if (!h->dev.stats)
+        return dion__error(DION_ERR_UNSUPPORTED, "dion_dev_stats: counting is off; set DION_STATS=1 before "
+                                                 "dion_dev_create");
+    if (h->cpu) {
+        uint64_t *src = (uint64_t *)&h->dev.stats[ctx], *dst = (uint64_t *)out;
+        for (size_t i = 0; i < sizeof *out / 8; i++) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+        return DION_SUCCESS;
+    }
+    cudaMemcpyAsync(out, &h->dev.stats[ctx], sizeof *out, cudaMemcpyDeviceToHost, h->stream);
+    return dion__cuda_check(cudaStreamSynchronize(h->stream), "reading the statistics");
+}

@@ -1,0 +1,715 @@
+/* dion-info: what DION can use on this machine and, for everything it cannot, why and what to do.
+ * It reports and exits 0; missing hardware is an answer, not an error. Network libraries are dlopen'ed,
+ * never linked, so that the tool runs (and explains) where they are absent. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "internal.h"
+
+#if defined(DION_IBVERBS_INCLUDE_FOUND)
+#include <infiniband/verbs.h>
+typedef struct ibv_device info_ibv_device_t;
+#else
+typedef struct info_ibv_device_opaque info_ibv_device_t; /* only handled through pointers */
+#endif
+#if defined(DION_FABRIC_INCLUDE_FOUND)
+#include <rdma/fabric.h>
+#endif
+
+#ifndef DION_IBVERBS_INCLUDE_FOUND
+#define DION_IBVERBS_INCLUDE_FOUND 0
+#endif
+#ifndef DION_MLX5DV_INCLUDE_FOUND
+#define DION_MLX5DV_INCLUDE_FOUND 0
+#endif
+#ifndef DION_FABRIC_INCLUDE_FOUND
+#define DION_FABRIC_INCLUDE_FOUND 0
+#endif
+
+#define SYS_IB   "/sys/class/infiniband"
+#define MAX_RDMA 64
+
+/* ---- output ---- */
+
+static void section(const char *title)
+{
+    printf("\n== %s ==\n", title);
+}
+
+static void DION__PRINTF(1, 2) ok(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("  [ok] ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+/* One line: what is missing, then after the arrow what to do about it. */
+static void DION__PRINTF(2, 3) missing(const char *todo, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("  [missing] ");
+    vprintf(fmt, ap);
+    printf(" -> %s\n", todo);
+    va_end(ap);
+}
+
+/* The reasons a backend is unusable, gathered so that its verdict fits on one self-contained line. */
+typedef struct {
+    char why[1024];
+    int blockers;
+} verdict_t;
+
+static void DION__PRINTF(2, 3) block(verdict_t *v, const char *fmt, ...)
+{
+    size_t len = strlen(v->why);
+    if (len + 3 >= sizeof v->why) return;
+    if (len) {
+        strcpy(v->why + len, "; ");
+        len += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->why + len, sizeof v->why - len, fmt, ap);
+    va_end(ap);
+    v->blockers++;
+}
+
+static void verdict(const char *backend, const verdict_t *v, const char *yes_note)
+{
+    if (v->blockers)
+        printf("  => %s usable here: no (%s)\n", backend, v->why);
+    else
+        printf("  => %s usable here: yes (%s)\n", backend, yes_note);
+}
+
+/* ---- small file helpers ---- */
+
+static int path_exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* First line of a (sysfs) file without its newline; 0 when unreadable. */
+static int read_line(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int got = fgets(buf, (int)cap, f) != NULL;
+    fclose(f);
+    if (!got) return 0;
+    buf[strcspn(buf, "\n")] = 0;
+    return 1;
+}
+
+static int not_dot(const struct dirent *d)
+{
+    return d->d_name[0] != '.';
+}
+
+/* ---- gathered facts ---- */
+
+typedef struct {
+    char name[256];
+    char guid[64];
+    int ports;
+    int active_ports;
+    int mlx5;
+} rdma_dev_t;
+
+static struct {
+    /* CUDA */
+    int ngpu;
+    int dmabuf; /* 1 yes, 0 no, -1 unknown (no GPU or driver query unavailable) */
+    int p2p_pairs, p2p_missing;
+    int driver_api; /* cuMem* entry points reachable: what p2p uses to export GPU memory */
+    /* RDMA */
+    int ib_dir; /* /sys/class/infiniband exists */
+    int nrdma;
+    rdma_dev_t rdma[MAX_RDMA];
+    int nmlx5, nactive;
+    void *ibv, *mlx5, *fabric;
+    char ibv_err[512], mlx5_err[512], fabric_err[512];
+    int ibv_count; /* from ibv_get_device_list; -1 when not asked */
+    int ibv_dmabuf;
+    int mlx5_devx;
+    int peermem;
+    int nvidia_params; /* /proc/driver/nvidia/params readable */
+    int peer_override; /* PeerMappingOverride=1 in RegistryDwords */
+    int nprov;         /* distinct libfabric providers; -1 unknown */
+    char fabric_why[512];
+} g = {.dmabuf = -1, .ibv_count = -1, .nprov = -1};
+
+/* ---- build ---- */
+
+static void report_build(void)
+{
+    struct utsname u;
+    printf("dion-info: what DION can use on this machine, and why not\n");
+    section("Build");
+    printf("  version:          %s\n", dion_version_string());
+    printf("  build type:       %s\n", DION_BUILD_TYPE);
+    printf("  CUDA archs:       %s\n", DION_CUDA_ARCHS);
+    printf("  CUDA toolkit:     %s\n", DION_CUDA_VERSION);
+    printf("  sanitizers:       %s\n", DION_SANITIZE_ON ? "on (address, undefined)" : "off");
+    printf("  network headers:  infiniband/verbs.h %s, infiniband/mlx5dv.h %s, rdma/fabric.h %s\n",
+           DION_IBVERBS_INCLUDE_FOUND ? "found" : "not found",
+           DION_MLX5DV_INCLUDE_FOUND ? "found" : "not found",
+           DION_FABRIC_INCLUDE_FOUND ? "found" : "not found");
+    if (uname(&u) == 0)
+        printf("  host:             %s, %s %s %s\n", u.nodename, u.sysname, u.release, u.machine);
+}
+
+/* ---- CUDA ---- */
+
+typedef CUresult (*cu_device_get_fn)(CUdevice *, int);
+typedef CUresult (*cu_device_get_attribute_fn)(int *, CUdevice_attribute, CUdevice);
+
+/* Driver-API device attributes: several that matter here (dmabuf, VMM, POSIX fd export) are absent from the
+ * runtime's cudaDeviceAttr enum. -1 when the driver cannot be asked. */
+static int cu_attr(int ordinal, CUdevice_attribute attr)
+{
+    static cu_device_get_fn get;
+    static cu_device_get_attribute_fn get_attr;
+    static int looked;
+    if (!looked) {
+        enum cudaDriverEntryPointQueryResult q;
+        void *fn = NULL;
+        looked = 1;
+        if (cudaGetDriverEntryPointByVersion("cuDeviceGet", &fn, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            get = (cu_device_get_fn)fn;
+        fn = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &fn, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            get_attr = (cu_device_get_attribute_fn)fn;
+        cudaGetLastError();
+    }
+    CUdevice dev;
+    int val = 0;
+    if (!get || !get_attr || get(&dev, ordinal) != CUDA_SUCCESS || get_attr(&val, attr, dev) != CUDA_SUCCESS)
+        return -1;
+    return val;
+}
+
+static const char *yes_no_unknown(int v)
+{
+    return v < 0 ? "unknown" : v ? "yes" : "no";
+}
+
+static void report_mps(void)
+{
+    char control[4096];
+    const char *dir = dion__cfg_env("CUDA_MPS_PIPE_DIRECTORY");
+    if (dir) {
+        snprintf(control, sizeof control, "%s/control", dir);
+        if (path_exists(control)) {
+            ok("MPS daemon: control pipe %s exists (CUDA_MPS_PIPE_DIRECTORY)", control);
+            return;
+        }
+    }
+    if (path_exists("/tmp/nvidia-mps/control")) {
+        ok("MPS daemon: control pipe /tmp/nvidia-mps/control exists");
+        return;
+    }
+    missing(
+        "ranks sharing one GPU run one at a time without it; start one with 'nvidia-cuda-mps-control -d' or "
+        "launch with 'dionrun --mps'",
+        "MPS daemon: none found (%s%s%s/tmp/nvidia-mps/control absent)",
+        dir ? "CUDA_MPS_PIPE_DIRECTORY=" : "", dir ? dir : "", dir ? " has no control pipe, " : "");
+}
+
+static void report_cuda(void)
+{
+    section("CUDA");
+    int drv = 0, rt = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
+    cudaGetLastError();
+    if (drv)
+        printf("  driver supports:  CUDA %d.%d\n", drv / 1000, (drv % 1000) / 10);
+    else
+        printf("  driver supports:  none (no NVIDIA driver / libcuda.so.1 found)\n");
+    printf("  runtime:          CUDA %d.%d (linked statically)\n", rt / 1000, (rt % 1000) / 10);
+
+    g.ngpu = dion__cuda_device_count();
+    if (g.ngpu == 0) {
+        missing("install the NVIDIA driver on a machine with a GPU; without one DION runs in CPU mode",
+                "a usable GPU: %s", dion__cuda_unavailable_reason());
+        report_mps();
+        return;
+    }
+    ok("%d GPU%s visible", g.ngpu, g.ngpu > 1 ? "s" : "");
+    g.driver_api = dion__cu() != NULL;
+    for (int i = 0; i < g.ngpu; i++) {
+        struct cudaDeviceProp p;
+        char bus[32] = "?";
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+            cudaError_t e = cudaGetLastError();
+            printf("  GPU %d: properties unavailable: %s\n", i, cudaGetErrorString(e));
+            continue;
+        }
+        if (cudaDeviceGetPCIBusId(bus, sizeof bus, i) != cudaSuccess) cudaGetLastError();
+        const unsigned char *u = (const unsigned char *)p.uuid.bytes;
+        printf("  GPU %d: %s, compute capability %d.%d, %.1f GiB, PCI %s, UUID "
+               "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-"
+               "%02x%02x-%02x%02x%02x%02x%02x%02x\n",
+               i, p.name, p.major, p.minor, (double)p.totalGlobalMem / (1024.0 * 1024 * 1024), bus, u[0],
+               u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+               u[15]);
+        int dmabuf = cu_attr(i, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED);
+        printf("         virtual memory management %s, POSIX fd export %s, GPUDirect RDMA %s, dmabuf %s\n",
+               yes_no_unknown(cu_attr(i, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)),
+               yes_no_unknown(cu_attr(i, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)),
+               yes_no_unknown(cu_attr(i, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED)),
+               yes_no_unknown(dmabuf));
+        /* GDAKI may use any GPU, so dmabuf counts only when every GPU has it. */
+        if (i == 0 || g.dmabuf == 1 || (g.dmabuf == -1 && dmabuf == 0)) g.dmabuf = dmabuf;
+    }
+    if (g.ngpu > 1) {
+        printf("  P2P access (row can map column's memory, cudaDeviceCanAccessPeer):\n       ");
+        for (int j = 0; j < g.ngpu; j++) printf(" %4d", j);
+        printf("\n");
+        for (int i = 0; i < g.ngpu; i++) {
+            printf("  %4d ", i);
+            for (int j = 0; j < g.ngpu; j++) {
+                int can = 0;
+                if (i == j) {
+                    printf("    -");
+                    continue;
+                }
+                if (cudaDeviceCanAccessPeer(&can, i, j) != cudaSuccess) {
+                    cudaGetLastError();
+                    can = 0;
+                }
+                g.p2p_pairs++;
+                if (!can) g.p2p_missing++;
+                printf(" %4s", can ? "yes" : "no");
+            }
+            printf("\n");
+        }
+    }
+    report_mps();
+}
+
+/* ---- RDMA ---- */
+
+static void *load(const char *lib, char *err, size_t cap)
+{
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(err, cap, "%s", e ? e : "unknown dlopen error");
+    }
+    return h;
+}
+
+static const char *loaded_path(void *h)
+{
+    struct link_map *lm = NULL;
+    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_name || !*lm->l_name) return "?";
+    return lm->l_name;
+}
+
+static void scan_rdma_port(rdma_dev_t *d, const char *port)
+{
+    char path[1024], state[64] = "?", layer[64] = "?", rate[64] = "";
+    snprintf(path, sizeof path, SYS_IB "/%s/ports/%s/state", d->name, port);
+    read_line(path, state, sizeof state);
+    snprintf(path, sizeof path, SYS_IB "/%s/ports/%s/link_layer", d->name, port);
+    read_line(path, layer, sizeof layer);
+    snprintf(path, sizeof path, SYS_IB "/%s/ports/%s/rate", d->name, port);
+    read_line(path, rate, sizeof rate);
+    d->ports++;
+    if (strstr(state, "ACTIVE")) d->active_ports++;
+    printf("      port %s: state %s, link_layer %s%s%s\n", port, state, layer, *rate ? ", rate " : "", rate);
+}
+
+static void report_rdma(void)
+{
+    section("RDMA devices");
+    struct dirent **ents = NULL;
+    g.ib_dir = path_exists(SYS_IB);
+    int n = g.ib_dir ? scandir(SYS_IB, &ents, not_dot, alphasort) : 0;
+    if (n < 0) n = 0;
+    for (int i = 0; i < n; i++) {
+        if (g.nrdma < MAX_RDMA) {
+            rdma_dev_t *d = &g.rdma[g.nrdma++];
+            char path[1024];
+            snprintf(d->name, sizeof d->name, "%s", ents[i]->d_name);
+            snprintf(path, sizeof path, SYS_IB "/%s/node_guid", d->name);
+            if (!read_line(path, d->guid, sizeof d->guid)) snprintf(d->guid, sizeof d->guid, "?");
+            d->mlx5 = strncmp(d->name, "mlx5_", 5) == 0;
+            printf("  %s: node_guid %s\n", d->name, d->guid);
+            struct dirent **ports = NULL;
+            snprintf(path, sizeof path, SYS_IB "/%s/ports", d->name);
+            int np = scandir(path, &ports, not_dot, alphasort);
+            for (int k = 0; k < np; k++) {
+                scan_rdma_port(d, ports[k]->d_name);
+                free(ports[k]);
+            }
+            free(ports);
+            g.nmlx5 += d->mlx5;
+            g.nactive += d->active_ports > 0;
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    if (g.nrdma == 0)
+        printf("  none: " SYS_IB " is %s\n", g.ib_dir ? "empty" : "absent (no RDMA kernel driver loaded)");
+
+    g.ibv = load("libibverbs.so.1", g.ibv_err, sizeof g.ibv_err);
+    if (g.ibv) {
+        typedef info_ibv_device_t **(*get_list_fn)(int *);
+        typedef void (*free_list_fn)(info_ibv_device_t **);
+        get_list_fn get_list = (get_list_fn)dlsym(g.ibv, "ibv_get_device_list");
+        free_list_fn free_list = (free_list_fn)dlsym(g.ibv, "ibv_free_device_list");
+        g.ibv_dmabuf = dlsym(g.ibv, "ibv_reg_dmabuf_mr") != NULL;
+        char count[256] = "ibv_get_device_list not exported";
+        if (get_list && free_list) {
+            int num = 0;
+            errno = 0;
+            info_ibv_device_t **list = get_list(&num);
+            if (list) {
+                g.ibv_count = num;
+                snprintf(count, sizeof count, "%d device%s through ibv_get_device_list", num,
+                         num == 1 ? "" : "s");
+                free_list(list);
+            } else {
+                int e = errno;
+                /* ENOSYS: the kernel has no uverbs interface, i.e. no RDMA driver is loaded. */
+                snprintf(count, sizeof count, "ibv_get_device_list failed: %s%s", strerror(e),
+                         e == ENOSYS ? " (no RDMA support in the kernel: ib_uverbs not loaded)" : "");
+            }
+        }
+        ok("libibverbs.so.1 loads (%s): %s", loaded_path(g.ibv), count);
+    } else {
+        missing("install rdma-core's libibverbs (apt install libibverbs1, dnf install libibverbs)",
+                "libibverbs.so.1 cannot be loaded: %s", g.ibv_err);
+    }
+    g.mlx5 = load("libmlx5.so.1", g.mlx5_err, sizeof g.mlx5_err);
+    if (g.mlx5) {
+        g.mlx5_devx = dlsym(g.mlx5, "mlx5dv_devx_obj_create") && dlsym(g.mlx5, "mlx5dv_devx_umem_reg") &&
+                      dlsym(g.mlx5, "mlx5dv_devx_alloc_uar");
+        ok("libmlx5.so.1 loads (%s)%s", loaded_path(g.mlx5),
+           g.mlx5_devx ? ", DEVX entry points present" : ", but without DEVX entry points");
+    } else {
+        missing("install rdma-core's mlx5 provider (apt install ibverbs-providers, dnf install libibverbs)",
+                "libmlx5.so.1 cannot be loaded: %s", g.mlx5_err);
+    }
+
+    /* GPUDirect RDMA through the peer-memory module; dmabuf is the other route (per GPU, see CUDA). */
+    char line[512];
+    FILE *f = fopen("/proc/modules", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "nvidia_peermem ", 15) || !strncmp(line, "nv_peer_mem ", 12)) g.peermem = 1;
+    if (f) fclose(f);
+    f = fopen("/proc/driver/nvidia/params", "r");
+    g.nvidia_params = f != NULL;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "RegistryDwords:", 15) && strstr(line, "PeerMappingOverride=1"))
+            g.peer_override = 1;
+    if (f) fclose(f);
+}
+
+/* ---- libfabric ---- */
+
+static void report_fabric(void)
+{
+    section("libfabric");
+    g.fabric = load("libfabric.so.1", g.fabric_err, sizeof g.fabric_err);
+    if (!g.fabric) {
+        missing(
+            "install libfabric (apt install libfabric1, dnf install libfabric) or point LD_LIBRARY_PATH at "
+            "your vendor's build",
+            "libfabric.so.1 cannot be loaded: %s", g.fabric_err);
+        snprintf(g.fabric_why, sizeof g.fabric_why, "libfabric.so.1 cannot be loaded");
+        return;
+    }
+    uint32_t (*version)(void) = (uint32_t(*)(void))dlsym(g.fabric, "fi_version");
+    uint32_t v = version ? version() : 0;
+    ok("libfabric.so.1 loads (%s), API %u.%u", loaded_path(g.fabric), v >> 16, v & 0xffff);
+#if DION_FABRIC_INCLUDE_FOUND
+    typedef int (*getinfo_fn)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
+                              struct fi_info **);
+    typedef void (*freeinfo_fn)(struct fi_info *);
+    typedef const char *(*strerror_fn)(int);
+    getinfo_fn getinfo = (getinfo_fn)dlsym(g.fabric, "fi_getinfo");
+    freeinfo_fn freeinfo = (freeinfo_fn)dlsym(g.fabric, "fi_freeinfo");
+    strerror_fn fstrerror = (strerror_fn)dlsym(g.fabric, "fi_strerror");
+    if (!getinfo || !freeinfo) {
+        missing("use a complete libfabric build", "libfabric.so.1 lacks fi_getinfo/fi_freeinfo");
+        snprintf(g.fabric_why, sizeof g.fabric_why, "libfabric.so.1 lacks fi_getinfo");
+        return;
+    }
+    struct fi_info *info = NULL;
+    int rc = getinfo(FI_VERSION(1, 9), NULL, NULL, 0, NULL, &info);
+    if (rc != 0) {
+        const char *text = fstrerror ? fstrerror(-rc) : "fi_strerror unavailable";
+        missing("check the providers libfabric was built with (fi_info -l) and FI_PROVIDER",
+                "fi_getinfo(1.9) found no provider: %s (%d)", text, rc);
+        snprintf(g.fabric_why, sizeof g.fabric_why, "fi_getinfo found no provider: %s", text);
+        g.nprov = 0;
+        return;
+    }
+    /* fi_getinfo lists one entry per (provider, domain, endpoint type); show each provider once. */
+    const char *seen[128];
+    int counts[128];
+    int nseen = 0;
+    for (struct fi_info *i = info; i; i = i->next) {
+        const char *name = i->fabric_attr && i->fabric_attr->prov_name ? i->fabric_attr->prov_name : "?";
+        int k = 0;
+        while (k < nseen && strcmp(seen[k], name)) k++;
+        if (k == nseen && nseen < 128) {
+            seen[nseen] = name;
+            counts[nseen++] = 0;
+        }
+        if (k < nseen) counts[k]++;
+    }
+    for (int k = 0; k < nseen; k++)
+        printf("  provider %s (%d fi_info entr%s)\n", seen[k], counts[k], counts[k] == 1 ? "y" : "ies");
+    g.nprov = nseen;
+    freeinfo(info);
+    if (!nseen) snprintf(g.fabric_why, sizeof g.fabric_why, "fi_getinfo returned no provider");
+#else
+    printf("  providers: not listed: this dion-info was built without <rdma/fabric.h> (install libfabric-dev "
+           "and "
+           "rebuild to list them)\n");
+    snprintf(g.fabric_why, sizeof g.fabric_why, "providers unknown (built without rdma/fabric.h)");
+#endif
+}
+
+/* ---- backends ---- */
+
+static const char *no_rdma_reason(void)
+{
+    return g.ib_dir ? "no RDMA device: " SYS_IB " is empty" : "no RDMA device: " SYS_IB " is absent";
+}
+
+static void report_p2p(void)
+{
+    verdict_t v = {{0}, 0};
+    char note[256];
+    printf("\np2p (same-node peers whose memory this GPU can map)\n");
+    if (g.ngpu == 0) {
+        missing("use a machine with an NVIDIA GPU and driver for GPU windows", "a CUDA GPU: %s",
+                dion__cuda_unavailable_reason());
+        ok("CPU mode over shared memory always works (host windows in memfd, mapped by every local rank)");
+        verdict("p2p", &v, "CPU mode over shared memory; no GPU here");
+        return;
+    }
+    ok("%d CUDA GPU%s", g.ngpu, g.ngpu > 1 ? "s" : "");
+    if (g.driver_api)
+        ok("same-node peers through CUDA IPC: cuMem* exports as POSIX file descriptors");
+    else {
+        missing("update the NVIDIA driver to one that supports CUDA 12 or newer",
+                "same-node peers through CUDA IPC: the driver's cuMem* entry points are not reachable");
+        block(&v, "CUDA IPC unavailable: the driver lacks the cuMem* entry points");
+    }
+    if (g.ngpu == 1) {
+        ok("one GPU: ranks sharing it map each other's memory (run them concurrently under MPS)");
+        snprintf(note, sizeof note, "ranks sharing the GPU");
+    } else if (g.p2p_missing == 0) {
+        ok("P2P access between every pair of the %d GPUs", g.ngpu);
+        snprintf(note, sizeof note, "all %d GPUs reach each other", g.ngpu);
+    } else {
+        missing("peers on those GPUs need a network backend (gdaki or proxy); check the topology with "
+                "'nvidia-smi "
+                "topo -m' and that IOMMU/ACS do not block PCIe P2P",
+                "P2P access: %d of %d GPU pairs cannot map each other (matrix above)", g.p2p_missing,
+                g.p2p_pairs);
+        snprintf(note, sizeof note, "%d of %d GPU pairs; the rest need a network backend",
+                 g.p2p_pairs - g.p2p_missing, g.p2p_pairs);
+    }
+    verdict("p2p", &v, note);
+}
+
+/* GPUDirect RDMA: the NIC reads and writes GPU memory. Shared by gdaki and proxy/verbs. */
+static int report_gpudirect(void)
+{
+    if (g.peermem) {
+        ok("GPUDirect RDMA: nvidia_peermem module loaded");
+        return 1;
+    }
+    if (g.dmabuf == 1 && g.ibv_dmabuf) {
+        ok("GPUDirect RDMA: dmabuf (every GPU supports it and libibverbs has ibv_reg_dmabuf_mr)");
+        return 1;
+    }
+    char dmabuf[160];
+    if (g.dmabuf == 1)
+        snprintf(dmabuf, sizeof dmabuf, "GPUs support dmabuf but libibverbs lacks ibv_reg_dmabuf_mr");
+    else if (g.dmabuf == 0)
+        snprintf(dmabuf, sizeof dmabuf, "dmabuf unsupported by the GPU/driver");
+    else
+        snprintf(dmabuf, sizeof dmabuf, "dmabuf support unknown (%s)",
+                 g.ngpu ? "driver not asked" : "no GPU");
+    missing(
+        "'modprobe nvidia_peermem', or use the open NVIDIA kernel module (R535+) with a kernel and rdma-core "
+        "that support dmabuf",
+        "GPUDirect RDMA: nvidia_peermem not loaded (/proc/modules), %s", dmabuf);
+    return 0;
+}
+
+static void report_gdaki(void)
+{
+    verdict_t v = {{0}, 0};
+    printf("\ngdaki (GPU threads post RDMA work requests to mlx5 NICs directly)\n");
+    if (g.ibv)
+        ok("libibverbs.so.1 loadable");
+    else {
+        missing("install libibverbs (rdma-core)", "libibverbs.so.1 not loadable: %s", g.ibv_err);
+        block(&v, "libibverbs.so.1 not loadable");
+    }
+    if (g.mlx5 && g.mlx5_devx)
+        ok("libmlx5.so.1 loadable, with DEVX");
+    else if (g.mlx5) {
+        missing("install a newer rdma-core", "libmlx5.so.1 loads but lacks the DEVX entry points");
+        block(&v, "libmlx5.so.1 lacks DEVX");
+    } else {
+        missing("install the mlx5 provider (rdma-core ibverbs-providers)", "libmlx5.so.1 not loadable: %s",
+                g.mlx5_err);
+        block(&v, "libmlx5.so.1 not loadable");
+    }
+    if (g.nmlx5)
+        ok("%d mlx5 RDMA device%s (" SYS_IB "/mlx5_*)", g.nmlx5, g.nmlx5 > 1 ? "s" : "");
+    else if (g.nrdma) {
+        missing("gdaki needs a ConnectX (mlx5) NIC; other NICs can use proxy/verbs or proxy/ofi",
+                "an mlx5 RDMA device: found %d RDMA device%s, none named mlx5_*", g.nrdma,
+                g.nrdma > 1 ? "s" : "");
+        block(&v, "no mlx5 RDMA device (%d other RDMA device%s)", g.nrdma, g.nrdma > 1 ? "s" : "");
+    } else {
+        missing("install a ConnectX NIC and load its driver (mlx5_ib); gdaki needs one",
+                "an mlx5 RDMA device: " SYS_IB " is %s", g.ib_dir ? "empty" : "absent");
+        block(&v, "%s", no_rdma_reason());
+    }
+    if (g.ngpu)
+        ok("a CUDA GPU (%d)", g.ngpu);
+    else {
+        missing("gdaki posts from GPU threads; use a machine with an NVIDIA GPU and driver", "a CUDA GPU: %s",
+                dion__cuda_unavailable_reason());
+        block(&v, "no GPU");
+    }
+    if (!report_gpudirect() && g.ngpu) block(&v, "no GPUDirect RDMA (nvidia_peermem or dmabuf)");
+    if (g.peer_override)
+        ok("PeerMappingOverride=1 in /proc/driver/nvidia/params: GPU threads ring the doorbell");
+    else
+        missing("add 'options nvidia NVreg_RegistryDwords=\"PeerMappingOverride=1;\"' to "
+                "/etc/modprobe.d/nvidia.conf "
+                "and reload the nvidia module (or reboot)",
+                "PeerMappingOverride=1 (%s): without it a CPU thread rings the doorbells (slower)",
+                g.nvidia_params ? "not in RegistryDwords of /proc/driver/nvidia/params"
+                                : "/proc/driver/nvidia/params absent: no NVIDIA kernel driver");
+    missing("use p2p within a node; gdaki comes in a later version",
+            "this build does not contain the gdaki backend yet (planned)");
+    block(&v, "this build does not contain the gdaki backend yet");
+    verdict("gdaki", &v, "");
+}
+
+static void report_proxy_verbs(void)
+{
+    verdict_t v = {{0}, 0};
+    printf("\nproxy/verbs (CPU proxy threads post RDMA verbs for GPU commands)\n");
+    if (g.ibv)
+        ok("libibverbs.so.1 loadable");
+    else {
+        missing("install libibverbs (rdma-core)", "libibverbs.so.1 not loadable: %s", g.ibv_err);
+        block(&v, "libibverbs.so.1 not loadable");
+    }
+    if (g.nactive)
+        ok("%d RDMA device%s with an ACTIVE port", g.nactive, g.nactive > 1 ? "s" : "");
+    else if (g.nrdma) {
+        missing("connect the port and check the subnet manager (ibstat) or, for RoCE, the link of the netdev",
+                "an RDMA device with an ACTIVE port: %d device%s, no port ACTIVE", g.nrdma,
+                g.nrdma > 1 ? "s" : "");
+        block(&v, "no RDMA port is ACTIVE (%d device%s)", g.nrdma, g.nrdma > 1 ? "s" : "");
+    } else {
+        missing("install an RDMA NIC and load its driver, or use proxy/ofi (libfabric tcp)",
+                "an RDMA device with an ACTIVE port: " SYS_IB " is %s", g.ib_dir ? "empty" : "absent");
+        block(&v, "%s", no_rdma_reason());
+    }
+    if (g.ngpu && !report_gpudirect()) block(&v, "no GPUDirect RDMA for GPU windows");
+    missing("use p2p within a node; proxy/verbs comes in a later version",
+            "not built in this version (planned)");
+    block(&v, "not built in this version");
+    verdict("proxy/verbs", &v, "");
+}
+
+static void report_proxy_ofi(void)
+{
+    verdict_t v = {{0}, 0};
+    printf("\nproxy/ofi (CPU proxy threads drive libfabric endpoints: EFA, Slingshot, TCP, shared memory)\n");
+    if (g.fabric && g.nprov > 0)
+        ok("libfabric.so.1 loadable with %d provider%s", g.nprov, g.nprov > 1 ? "s" : "");
+    else if (g.fabric && g.nprov < 0 && !DION_FABRIC_INCLUDE_FOUND) {
+        missing("install libfabric-dev and rebuild dion-info to list them", "libfabric providers: %s",
+                g.fabric_why);
+        block(&v, "%s", g.fabric_why);
+    } else {
+        missing("install libfabric with at least the tcp provider", "libfabric with a provider: %s",
+                g.fabric_why);
+        block(&v, "%s", g.fabric_why);
+    }
+    missing("use p2p within a node; proxy/ofi comes in a later version",
+            "not built in this version (planned)");
+    block(&v, "not built in this version");
+    verdict("proxy/ofi", &v, "");
+}
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: dion-info [--config-markdown] [-h|--help]\n"
+        "  (no option)        report the build, GPUs, RDMA devices, libfabric, and for each backend every\n"
+        "                     requirement met or missed, with what to do\n"
+        "  --config-markdown  print docs/configuration.md (every environment variable DION reads)\n"
+        "  -h, --help         this text\n");
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config-markdown")) {
+            dion__cfg_markdown(stdout);
+            return fflush(stdout) == 0 ? 0 : 1;
+        }
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        fprintf(stderr, "dion-info: unknown option '%s'\n", argv[i]);
+        usage(stderr);
+        return 2;
+    }
+    dion__log_init();
+    /* Libraries loaded below may write to stdout themselves; keep our lines in order. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    report_build();
+    report_cuda();
+    report_rdma();
+    report_fabric();
+    section("Backends (per peer: p2p if reachable, else gdaki, else proxy/verbs, else proxy/ofi)");
+    report_p2p();
+    report_gdaki();
+    report_proxy_verbs();
+    report_proxy_ofi();
+    /* The network libraries stay loaded: unloading libfabric would orphan its provider state at exit. */
+    return 0;
+}

@@ -1,0 +1,823 @@
+/* The conformance suite, written once. A runner (tests/cpu/conformance_cpu.c for CPU mode,
+ * tests/gpu/conformance_gpu.cu for GPUs) includes this file after defining:
+ *   DT_KERNEL(name, type)             declares a kernel whose body follows, taking `type *a`
+ *   DT_LAUNCH(name, grid, block, ptr) runs it and waits for it; evaluates to 0 on success
+ *   void *dt_alloc(size_t n)          scratch memory kernels can write (zeroed)
+ *   void dt_free(void *p)
+ *   void dt_get(void *host, const void *mem, size_t n)   copy from window/scratch memory to the host
+ *   void dt_put(void *mem, const void *host, size_t n)   copy from the host to window/scratch memory
+ *   int  DT_ON_HOST                   1 when windows are host memory (CPU mode)
+ *   unsigned DT_BLOCK                 threads per block for block-variant tests
+ * Every test checks data byte by byte, with sizes and offsets drawn from fixed seeds, and fails loudly. */
+#ifndef DION_TEST_CONFORMANCE_H
+#define DION_TEST_CONFORMANCE_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dion/dion.h"
+#include "dion/dion_device.cuh"
+
+/* ---- helpers shared by kernels and host ---- */
+
+DION_HD uint64_t dt_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The byte a rank writes at position i of round k. */
+DION_HD uint8_t dt_byte(int rank, uint64_t round, uint64_t i)
+{
+    return (uint8_t)(dt_mix(((uint64_t)rank << 48) ^ (round << 32) ^ (i >> 3)) >> (8 * (i & 7)));
+}
+
+typedef struct {
+    uint64_t s;
+} dt_rng_t;
+static uint64_t dt_next(dt_rng_t *r) { return dt_mix(r->s++); }
+static uint64_t dt_range(dt_rng_t *r, uint64_t lo, uint64_t hi) { return lo + dt_next(r) % (hi - lo + 1); }
+
+static int dt_failures;
+#define DT_FAIL(...)                                                                                         \
+    do {                                                                                                     \
+        fprintf(stderr, "FAIL rank %d %s:%d: ", dt_rank, __FILE__, __LINE__);                                \
+        fprintf(stderr, __VA_ARGS__);                                                                        \
+        fprintf(stderr, "\n");                                                                               \
+        dt_failures++;                                                                                       \
+    } while (0)
+#define DT_OK(call)                                                                                          \
+    do {                                                                                                     \
+        dion_status_t s_ = (call);                                                                           \
+        if (s_ != DION_SUCCESS) {                                                                            \
+            fprintf(stderr, "FAIL rank %d %s:%d: %s -> %s: %s\n", dt_rank, __FILE__, __LINE__, #call,        \
+                    dion_status_string(s_), dion_last_error());                                              \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+static int dt_rank, dt_n;
+static dion_comm_t dt_comm;
+static dion_dev_t dt_dev;
+
+/* Kernels report through a result array: result[0] counts failures seen on the device side,
+ * result[1..] carry test-specific values. */
+#define DT_RESULTS 64
+
+/* ================================================================================================ */
+/* 1. Puts of random sizes at random unaligned offsets, thread / warp / block, put or put_signal.      */
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    int peer;
+    uint64_t src_off, dst_off, bytes;
+    int group; /* 0 thread, 1 warp, 2 block */
+    int with_signal;
+    uint32_t sig;
+    uint64_t expect; /* wait for own signal >= expect */
+    uint64_t *result;
+} dt_put_args_t;
+
+DT_KERNEL(dt_put_kernel, dt_put_args_t)
+{
+    dion_ctx_t c = dion_ctx(a->dev, dion__block_index() % a->dev.num_contexts);
+    uint32_t t = dion__block_thread();
+    /* every thread of the chosen group takes part; others stay out */
+    int in_group = a->group == 2 || (a->group == 1 && t < 32) || (a->group == 0 && t == 0);
+    if (in_group) {
+        if (a->with_signal) {
+            if (a->group == 0)
+                dion_put_signal(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes, a->sig, DION_SIG_ADD, 1);
+            else if (a->group == 1)
+                dion_put_signal_warp(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes, a->sig, DION_SIG_ADD,
+                                     1);
+            else
+                dion_put_signal_block(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes, a->sig,
+                                      DION_SIG_ADD, 1);
+        } else {
+            if (a->group == 0) dion_put(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes);
+            else if (a->group == 1) dion_put_warp(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes);
+            else dion_put_block(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes);
+        }
+    }
+    if (t == 0) {
+        if (!a->with_signal) {
+            if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
+            dion_signal(c, a->peer, a->sig, DION_SIG_ADD, 1);
+        }
+        uint64_t seen = 0;
+        if (dion_wait(c, a->sig, DION_CMP_GE, a->expect, &seen) != DION_SUCCESS) a->result[0]++;
+        a->result[1] = seen;
+    }
+}
+
+#define DT_PUT_HALF (5u << 20) /* source in [0, half), destination in [half, 2*half) */
+
+static void dt_test_puts(dion_win_t win, char *base, int rounds, uint64_t max_bytes, uint64_t half)
+{
+    dt_rng_t rng = {1234};
+    int next = (dt_rank + 1) % dt_n, prev = (dt_rank + dt_n - 1) % dt_n;
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    uint8_t *host = (uint8_t *)malloc(2 * half);
+    uint64_t signals = 0;
+    static const char *gname[] = {"thread", "warp", "block"};
+    for (int k = 0; k < rounds; k++) {
+        /* The same draws on every rank: everybody knows what its predecessor sends. */
+        uint64_t bytes = dt_range(&rng, 0, 3) == 0 ? dt_range(&rng, 0, 64) : (1ull << dt_range(&rng, 0, 22)) + dt_range(&rng, 0, 4095);
+        if (bytes > max_bytes) bytes = max_bytes;
+        uint64_t src_off = dt_range(&rng, 0, half - bytes - 1);
+        uint64_t dst_off = half + dt_range(&rng, 64, half - bytes - 64);
+        int group = (int)dt_range(&rng, 0, 2), with_signal = (int)dt_range(&rng, 0, 1);
+        /* fill own source, poison own destination */
+        for (uint64_t i = 0; i < bytes; i++) host[i] = dt_byte(dt_rank, (uint64_t)k, i);
+        dt_put(base + src_off, host, bytes);
+        memset(host, 0xa5, bytes + 128);
+        dt_put(base + dst_off - 64, host, bytes + 128);
+        DT_OK(dion_comm_barrier(dt_comm));
+        dt_put_args_t a = {dt_dev, dion_win_device(win), next, src_off, dst_off, bytes, group, with_signal, 0,
+                           ++signals, result};
+        if (DT_LAUNCH(dt_put_kernel, 1, group == 2 ? DT_BLOCK : 32, &a)) DT_FAIL("launch failed");
+        uint64_t res[2];
+        dt_get(res, result, sizeof res);
+        if (res[0]) DT_FAIL("round %d: %llu device-side failures", k, (unsigned long long)res[0]);
+        /* verify what the predecessor wrote here, and that nothing around it changed */
+        dt_get(host, base + dst_off - 64, bytes + 128);
+        for (uint64_t i = 0; i < 64; i++)
+            if (host[i] != 0xa5 || host[64 + bytes + i] != 0xa5) {
+                DT_FAIL("round %d (%s, %llu bytes at %llu): byte outside the target range was changed", k,
+                        gname[group], (unsigned long long)bytes, (unsigned long long)dst_off);
+                break;
+            }
+        for (uint64_t i = 0; i < bytes; i++)
+            if (host[64 + i] != dt_byte(prev, (uint64_t)k, i)) {
+                DT_FAIL("round %d (%s%s, %llu bytes, src %llu -> dst %llu): byte %llu is 0x%02x, expected 0x%02x", k,
+                        gname[group], with_signal ? " put_signal" : " put", (unsigned long long)bytes,
+                        (unsigned long long)src_off, (unsigned long long)dst_off, (unsigned long long)i, host[64 + i],
+                        dt_byte(prev, (uint64_t)k, i));
+                break;
+            }
+        DT_OK(dion_comm_barrier(dt_comm));
+    }
+    free(host);
+    dt_free(result);
+}
+
+/* ================================================================================================ */
+/* 2. Signals: SET and ADD, every comparison, signal_read.                                             */
+
+typedef struct {
+    dion_dev_t dev;
+    int phase;
+    uint64_t *result;
+} dt_sig_args_t;
+
+#define DT_SIG_CMP0 16 /* signals 16..21: one per comparison */
+#define DT_SIG_SUM 8
+
+/* start value, values sent in order, comparison operand: only the last value satisfies the comparison */
+DION_HD void dt_cmp_case(int cmp, uint64_t *start, uint64_t seq[3], uint64_t *operand)
+{
+    uint64_t t[5];
+    switch (cmp) {
+    case DION_CMP_EQ: t[0] = 0, t[1] = 1, t[2] = 2, t[3] = 7, t[4] = 7; break;        /* EQ 7 */
+    case DION_CMP_NE: t[0] = 5, t[1] = 5, t[2] = 5, t[3] = 9, t[4] = 5; break;        /* NE 5 */
+    case DION_CMP_GT: t[0] = 1, t[1] = 2, t[2] = 3, t[3] = 10, t[4] = 5; break;       /* GT 5 */
+    case DION_CMP_GE: t[0] = 1, t[1] = 2, t[2] = 5, t[3] = 6, t[4] = 6; break;        /* GE 6 */
+    case DION_CMP_LT: t[0] = 100, t[1] = 90, t[2] = 50, t[3] = 3, t[4] = 10; break;   /* LT 10 */
+    default: t[0] = 100, t[1] = 50, t[2] = 11, t[3] = 10, t[4] = 10; break;           /* LE 10 */
+    }
+    *start = t[0];
+    seq[0] = t[1];
+    seq[1] = t[2];
+    seq[2] = t[3];
+    *operand = t[4];
+}
+
+DT_KERNEL(dt_sig_kernel, dt_sig_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int me = a->dev.rank, n = a->dev.nranks, next = (me + 1) % n;
+    if (a->phase == 0) {
+        /* start values in this rank's own table */
+        for (int cmp = 0; cmp < 6; cmp++) {
+            uint64_t start, seq[3], op;
+            dt_cmp_case(cmp, &start, seq, &op);
+            dion_signal(c, me, DT_SIG_CMP0 + cmp, DION_SIG_SET, start);
+        }
+        dion_quiet(c);
+        return;
+    }
+    /* phase 1: send each comparison's sequence to the successor, wait on our own */
+    for (int cmp = 0; cmp < 6; cmp++) {
+        uint64_t start, seq[3], op;
+        dt_cmp_case(cmp, &start, seq, &op);
+        for (int i = 0; i < 3; i++) dion_signal(c, next, DT_SIG_CMP0 + cmp, DION_SIG_SET, seq[i]);
+    }
+    for (int cmp = 0; cmp < 6; cmp++) {
+        uint64_t start, seq[3], op, seen = 0;
+        dt_cmp_case(cmp, &start, seq, &op);
+        if (dion_wait(c, DT_SIG_CMP0 + cmp, (dion_cmp_t)cmp, op, &seen) != DION_SUCCESS) a->result[0]++;
+        a->result[1 + cmp] = seen;
+        /* already true: returns at once with the same value */
+        uint64_t again = 0;
+        if (dion_wait(c, DT_SIG_CMP0 + cmp, (dion_cmp_t)cmp, op, &again) != DION_SUCCESS || again != seen)
+            a->result[0]++;
+    }
+    /* every rank adds rank+1 to every rank's sum signal */
+    for (int p = 0; p < n; p++) dion_signal(c, p, DT_SIG_SUM, DION_SIG_ADD, (uint64_t)me + 1);
+    uint64_t total = (uint64_t)n * (n + 1) / 2, seen = 0;
+    if (dion_wait(c, DT_SIG_SUM, DION_CMP_EQ, total, &seen) != DION_SUCCESS) a->result[0]++;
+    a->result[7] = seen;
+    a->result[8] = dion_signal_read(c, DT_SIG_SUM);
+    dion_fence(c);
+}
+
+static void dt_test_signals(void)
+{
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    dt_sig_args_t a = {dt_dev, 0, result};
+    if (DT_LAUNCH(dt_sig_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    DT_OK(dion_comm_barrier(dt_comm));
+    a.phase = 1;
+    if (DT_LAUNCH(dt_sig_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    uint64_t r[DT_RESULTS];
+    dt_get(r, result, sizeof r);
+    static const char *names[] = {"EQ", "NE", "GT", "GE", "LT", "LE"};
+    if (r[0]) DT_FAIL("%llu signal waits failed on the device", (unsigned long long)r[0]);
+    for (int cmp = 0; cmp < 6; cmp++) {
+        uint64_t start, seq[3], op;
+        dt_cmp_case(cmp, &start, seq, &op);
+        if (r[1 + cmp] != seq[2])
+            DT_FAIL("wait %s %llu returned with %llu; only %llu satisfies it", names[cmp], (unsigned long long)op,
+                    (unsigned long long)r[1 + cmp], (unsigned long long)seq[2]);
+    }
+    uint64_t total = (uint64_t)dt_n * (dt_n + 1) / 2;
+    if (r[7] != total || r[8] != total)
+        DT_FAIL("ADD from all ranks: waited %llu, read %llu, expected %llu", (unsigned long long)r[7],
+                (unsigned long long)r[8], (unsigned long long)total);
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_free(result);
+}
+
+/* ================================================================================================ */
+/* 3. A stream of put_signal with increasing values: every value observed must come with its data.    */
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    uint64_t base_off; /* records start here in every rank's window */
+    uint32_t count;
+    uint32_t sig;
+    int add;      /* ADD 1 each time instead of SET k */
+    int use_warp; /* the sender is a whole warp */
+    uint64_t *result;
+} dt_stream_args_t;
+
+#define DT_REC 64
+#define DT_AHEAD 100
+
+DION_HD void dt_stream_fill(uint64_t *rec, int rank, uint64_t k)
+{
+    for (int w = 0; w < DT_REC / 8; w++) rec[w] = dt_mix(((uint64_t)rank << 40) ^ (k << 8) ^ (uint64_t)w);
+}
+
+DT_KERNEL(dt_stream_kernel, dt_stream_args_t)
+{
+    uint32_t t = dion__block_thread();
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int me = a->dev.rank, n = a->dev.nranks, next = (me + 1) % n, prev = (me + n - 1) % n;
+    char *mine = dion__win_peer(a->win, me)->base;
+    if (t < 32) { /* the sender: warp 0 (lane 0 alone unless use_warp) */
+        if (!a->use_warp && t != 0) return;
+        uint64_t acked = 0;
+        for (uint64_t k = 1; k <= a->count; k++) {
+            /* Flow control keeps sender and receiver interleaved: at most DT_AHEAD records unacknowledged. */
+            if (k > acked + DT_AHEAD && dion_wait(c, a->sig + 8, DION_CMP_GE, k - DT_AHEAD, &acked) != DION_SUCCESS)
+                a->result[0]++; /* every sending lane waits for itself: no lane depends on another's view */
+            /* record k is staged at k*REC here and lands at base_off + k*REC in the successor */
+            uint64_t stage = k * DT_REC;
+            if (t == 0) dt_stream_fill((uint64_t *)(mine + stage), me, k);
+            dion_sig_op_t op = a->add ? DION_SIG_ADD : DION_SIG_SET;
+            if (a->use_warp) {
+                dion__group_sync(DION__WARP); /* the staged record is visible to the whole warp */
+                dion_put_signal_warp(c, a->win, next, a->base_off + stage, a->win, stage, DT_REC, a->sig, op,
+                                     a->add ? 1 : k);
+            } else {
+                dion_put_signal(c, a->win, next, a->base_off + stage, a->win, stage, DT_REC, a->sig, op,
+                                a->add ? 1 : k);
+            }
+        }
+        return;
+    }
+    if (t != 32) return;
+    /* the receiver: warp 1 lane 0 */
+    uint64_t last = 0, bad = 0, waits = 0;
+    while (last < a->count) {
+        uint64_t v = 0;
+        if (dion_wait(c, a->sig, DION_CMP_GT, last, &v) != DION_SUCCESS) {
+            bad++;
+            break;
+        }
+        waits++;
+        for (uint64_t k = last + 1; k <= v; k++) {
+            const uint64_t *rec = (const uint64_t *)(mine + a->base_off + k * DT_REC);
+            uint64_t want[DT_REC / 8];
+            dt_stream_fill(want, prev, k);
+            for (int w = 0; w < DT_REC / 8; w++)
+                if (rec[w] != want[w]) {
+                    bad++;
+                    if (!a->result[2]) a->result[2] = k; /* first value whose data was missing */
+                    break;
+                }
+        }
+        last = v;
+        dion_signal(c, prev, a->sig + 8, DION_SIG_SET, last); /* acknowledge */
+    }
+    a->result[0] += bad;
+    a->result[1] = waits;
+}
+
+static void dt_test_stream(dion_win_t win, uint32_t count)
+{
+    /* staging: [REC, (count+1)*REC); landing: base_off + [REC, (count+1)*REC) */
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    for (int variant = 0; variant < 3; variant++) {
+        DT_OK(dion_comm_barrier(dt_comm));
+        dt_stream_args_t a = {dt_dev, dion_win_device(win), (uint64_t)(count + 1) * DT_REC, count,
+                              30 + (uint32_t)variant, variant == 1, variant == 2, result};
+        if (DT_LAUNCH(dt_stream_kernel, 1, 64, &a)) DT_FAIL("launch failed");
+        uint64_t r[3];
+        dt_get(r, result, sizeof r);
+        if (r[0])
+            DT_FAIL("stream variant %d: %llu records missing their data (first at value %llu)", variant,
+                    (unsigned long long)r[0], (unsigned long long)r[2]);
+        uint64_t zero[3] = {0, 0, 0};
+        dt_put(result, zero, sizeof zero);
+        if (dt_rank == 0)
+            printf("  stream %s: %u put_signal, receiver woke %llu times, all data present\n",
+                   variant == 0 ? "SET/thread" : variant == 1 ? "ADD/thread" : "SET/warp", count,
+                   (unsigned long long)r[1]);
+    }
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_free(result);
+}
+
+/* ================================================================================================ */
+/* 4. Atomics: concurrent fetch-add from all ranks, compare-and-swap increments.                       */
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    uint32_t adds;   /* per thread */
+    uint32_t cas;    /* per thread */
+    uint64_t *result;
+} dt_atomic_args_t;
+
+DT_KERNEL(dt_atomic_kernel, dt_atomic_args_t)
+{
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int me = a->dev.rank, n = a->dev.nranks;
+    uint32_t t = dion__block_thread();
+    for (uint32_t i = 0; i < a->adds; i++) {
+        int peer = (int)((me + i + t) % (uint32_t)n);
+        uint64_t old = dion_atomic_fetch_add(c, a->win, peer, 0, (uint64_t)me + 1);
+        (void)old;
+    }
+    for (uint32_t i = 0; i < a->cas; i++) {
+        uint64_t cur = dion_atomic_fetch_add(c, a->win, 0, 8, 0);
+        for (;;) {
+            uint64_t old = dion_atomic_compare_swap(c, a->win, 0, 8, cur, cur + 1);
+            if (old == cur) break;
+            cur = old;
+        }
+    }
+}
+
+static void dt_test_atomics(dion_win_t win, char *base, uint32_t threads, uint32_t adds, uint32_t cas)
+{
+    uint64_t zero[2] = {0, 0};
+    dt_put(base, zero, sizeof zero);
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_atomic_args_t a = {dt_dev, dion_win_device(win), adds, cas, NULL};
+    if (DT_LAUNCH(dt_atomic_kernel, 1, threads, &a)) DT_FAIL("launch failed");
+    DT_OK(dion_comm_barrier(dt_comm));
+    uint64_t got[2];
+    dt_get(got, base, sizeof got);
+    /* every (sender rank, thread, i) adds sender+1 to rank (sender+i+t) % n */
+    uint64_t want = 0;
+    for (int s = 0; s < dt_n; s++)
+        for (uint32_t t = 0; t < threads; t++)
+            for (uint32_t i = 0; i < adds; i++)
+                if ((int)((s + i + t) % (uint32_t)dt_n) == dt_rank) want += (uint64_t)s + 1;
+    if (got[0] != want)
+        DT_FAIL("fetch-add total %llu, expected %llu", (unsigned long long)got[0], (unsigned long long)want);
+    if (dt_rank == 0 && got[1] != (uint64_t)dt_n * threads * cas)
+        DT_FAIL("CAS increments %llu, expected %llu", (unsigned long long)got[1],
+                (unsigned long long)dt_n * threads * cas);
+    DT_OK(dion_comm_barrier(dt_comm));
+}
+
+/* ================================================================================================ */
+/* 5. Get, and the device barrier ordering puts.                                                       */
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    uint64_t src_off, dst_off, bytes;
+    int group;
+    int rounds;
+    uint64_t *result;
+} dt_get_args_t;
+
+DT_KERNEL(dt_get_kernel, dt_get_args_t)
+{
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int me = a->dev.rank, n = a->dev.nranks, next = (me + 1) % n;
+    uint32_t t = dion__block_thread();
+    if (a->group == 0 && t == 0) dion_get(c, a->win, a->dst_off, a->win, next, a->src_off, a->bytes);
+    if (a->group == 1 && t < 32) dion_get_warp(c, a->win, a->dst_off, a->win, next, a->src_off, a->bytes);
+    if (a->group == 2) dion_get_block(c, a->win, a->dst_off, a->win, next, a->src_off, a->bytes);
+}
+
+DT_KERNEL(dt_barrier_kernel, dt_get_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int me = a->dev.rank, n = a->dev.nranks, next = (me + 1) % n;
+    uint64_t *mine = (uint64_t *)(dion__win_peer(a->win, me)->base + a->dst_off);
+    for (int k = 1; k <= a->rounds; k++) {
+        /* write k into the successor's word, meet, then our word must hold k from the predecessor */
+        mine[1] = (uint64_t)k;
+        dion_put(c, a->win, next, a->dst_off, a->win, a->dst_off + 8, 8);
+        if (dion_barrier(c) != DION_SUCCESS) a->result[0]++;
+        if (dion__ld_acquire(mine, DION_SCOPE_SYS) != (uint64_t)k) a->result[0]++;
+        if (dion_barrier(c) != DION_SUCCESS) a->result[0]++;
+    }
+}
+
+static void dt_test_get_barrier(dion_win_t win, char *base)
+{
+    dt_rng_t rng = {777};
+    int next = (dt_rank + 1) % dt_n;
+    uint8_t *host = (uint8_t *)malloc(DT_PUT_HALF);
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    for (int k = 0; k < 12; k++) {
+        uint64_t bytes = dt_range(&rng, 0, 1) ? dt_range(&rng, 0, 300) : dt_range(&rng, 1, 1u << 20);
+        uint64_t src_off = dt_range(&rng, 0, DT_PUT_HALF - bytes - 1);
+        uint64_t dst_off = DT_PUT_HALF + dt_range(&rng, 0, DT_PUT_HALF - bytes - 1);
+        int group = k % 3;
+        for (uint64_t i = 0; i < bytes; i++) host[i] = dt_byte(dt_rank, 1000 + (uint64_t)k, i);
+        dt_put(base + src_off, host, bytes);
+        DT_OK(dion_comm_barrier(dt_comm));
+        dt_get_args_t a = {dt_dev, dion_win_device(win), src_off, dst_off, bytes, group, 0, result};
+        if (DT_LAUNCH(dt_get_kernel, 1, group == 2 ? DT_BLOCK : 32, &a)) DT_FAIL("launch failed");
+        dt_get(host, base + dst_off, bytes);
+        for (uint64_t i = 0; i < bytes; i++)
+            if (host[i] != dt_byte(next, 1000 + (uint64_t)k, i)) {
+                DT_FAIL("get round %d (group %d, %llu bytes): byte %llu wrong", k, group, (unsigned long long)bytes,
+                        (unsigned long long)i);
+                break;
+            }
+        DT_OK(dion_comm_barrier(dt_comm));
+    }
+    dt_get_args_t b = {dt_dev, dion_win_device(win), 0, 2 * DT_PUT_HALF - 64, 0, 0, 50, result};
+    if (DT_LAUNCH(dt_barrier_kernel, 1, 1, &b)) DT_FAIL("launch failed");
+    uint64_t r;
+    dt_get(&r, result, sizeof r);
+    if (r) DT_FAIL("device barrier: %llu rounds saw stale data or failed", (unsigned long long)r);
+    DT_OK(dion_comm_barrier(dt_comm));
+    free(host);
+    dt_free(result);
+}
+
+/* ================================================================================================ */
+/* 6. Asymmetric windows: sizes differ per rank, rank 0 registers nothing.                             */
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t dst, src;
+    uint64_t *result;
+} dt_two_win_args_t;
+
+DT_KERNEL(dt_asym_kernel, dt_two_win_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int me = a->dev.rank, n = a->dev.nranks;
+    /* every rank writes its word at size-8-8*me of every peer part large enough */
+    for (int p = 0; p < n; p++) {
+        uint64_t size = dion__win_peer(a->dst, p)->size;
+        if (size < 8 * (uint64_t)n) continue;
+        dion_put(c, a->dst, p, size - 8 - 8 * (uint64_t)me, a->src, 0, 8);
+    }
+    if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
+}
+
+static size_t dt_asym_size(int r) { return r == 0 ? 0 : 4096 * (size_t)r + 24 * (size_t)r + 8 * (size_t)dt_n; }
+
+static void dt_test_asymmetric(void)
+{
+    void *base = NULL, *sbase = NULL;
+    dion_win_t w, s;
+    DT_OK(dion_win_alloc(dt_comm, dt_asym_size(dt_rank), DT_ON_HOST, &base, &w));
+    DT_OK(dion_win_alloc(dt_comm, 64, DT_ON_HOST, &sbase, &s));
+    for (int r = 0; r < dt_n; r++)
+        if (dion_win_size(w, r) != dt_asym_size(r))
+            DT_FAIL("dion_win_size(rank %d) = %zu, expected %zu", r, dion_win_size(w, r), dt_asym_size(r));
+    if ((dt_rank == 0) != (base == NULL)) DT_FAIL("a 0-byte window must have a NULL base and others a real one");
+    uint64_t me64 = 0x1000 + (uint64_t)dt_rank;
+    dt_put(sbase, &me64, 8);
+    DT_OK(dion_comm_barrier(dt_comm));
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    dt_two_win_args_t a = {dt_dev, dion_win_device(w), dion_win_device(s), result};
+    if (DT_LAUNCH(dt_asym_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    DT_OK(dion_comm_barrier(dt_comm));
+    size_t size = dt_asym_size(dt_rank);
+    if (size) {
+        uint64_t *words = (uint64_t *)malloc(8 * (size_t)dt_n);
+        dt_get(words, (char *)base + size - 8 * (size_t)dt_n, 8 * (size_t)dt_n);
+        for (int r = 0; r < dt_n; r++) {
+            uint64_t got = words[dt_n - 1 - r];
+            if (got != 0x1000 + (uint64_t)r)
+                DT_FAIL("asymmetric window: word from rank %d is 0x%llx", r, (unsigned long long)got);
+        }
+        free(words);
+    }
+    uint64_t r0;
+    dt_get(&r0, result, 8);
+    if (r0) DT_FAIL("quiet failed");
+    dt_free(result);
+    DT_OK(dion_win_destroy(s));
+    DT_OK(dion_win_destroy(w));
+}
+
+/* ================================================================================================ */
+/* 7. DION_CHECK=1: bad arguments become error records and nothing is written.                         */
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    uint64_t *result;
+} dt_check_args_t;
+
+#define DT_CHECK_OPS 7
+
+DT_KERNEL(dt_check_kernel, dt_check_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int me = a->dev.rank, n = a->dev.nranks, next = (me + 1) % n;
+    uint64_t size = dion__win_peer(a->win, next)->size;
+    dion_put(c, a->win, n + 3, 0, a->win, 0, 8);                            /* 1: peer out of range */
+    dion_put(c, a->win, next, size - 4, a->win, 0, 8);                      /* 2: runs past the window */
+    dion_signal(c, next, a->dev.num_signals, DION_SIG_SET, 7);              /* 3: signal index too large */
+    dion_put_signal(c, a->win, next, 0, a->win, 0, 8, a->dev.num_signals + 9, DION_SIG_SET, 1); /* 4 */
+    dion_atomic_fetch_add(c, a->win, next, 12, 1);                          /* 5: misaligned atomic */
+    dion_put(c, a->win, -1, 0, a->win, 0, 8);                               /* 6: negative peer */
+    dion_ctx_t bad = dion_ctx(a->dev, a->dev.num_contexts + 5);             /* 7: context out of range */
+    dion_put(bad, a->win, next, 0, a->win, 0, 8);                           /*    ... and this put is skipped */
+    if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
+}
+
+static void dt_test_check(dion_win_t win, char *base, size_t size)
+{
+    /* poison own window and signal 0; after the bad calls both must be untouched */
+    uint8_t *host = (uint8_t *)malloc(size), *back = (uint8_t *)malloc(size);
+    for (size_t i = 0; i < size; i++) host[i] = (uint8_t)(0x5a ^ i);
+    dt_put(base, host, size);
+    /* start from an empty error ring: earlier tests may have left records */
+    while (dion_dev_check(dt_comm, &dt_dev) != DION_SUCCESS) {
+    }
+    DT_OK(dion_comm_barrier(dt_comm));
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    dt_check_args_t a = {dt_dev, dion_win_device(win), result};
+    if (DT_LAUNCH(dt_check_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_get(back, base, size);
+    if (memcmp(host, back, size) != 0) DT_FAIL("DION_CHECK: a rejected call wrote into this rank's window");
+    dion_status_t st = dion_dev_check(dt_comm, &dt_dev);
+    const char *msg = dion_last_error();
+    char want[64];
+    snprintf(want, sizeof want, "peer %d is not a rank", dt_n + 3);
+    if (st != DION_ERR_INVALID_ARG) DT_FAIL("dion_dev_check returned %s, expected DION_ERR_INVALID_ARG", dion_status_string(st));
+    else if (!strstr(msg, want) || !strstr(msg, "and 6 more"))
+        DT_FAIL("dion_dev_check's sentence does not describe the first bad call and count the rest: %s", msg);
+    if (dt_rank == 0) printf("  DION_CHECK: %s\n", msg);
+    if (dion_dev_check(dt_comm, &dt_dev) != DION_SUCCESS) DT_FAIL("records were reported twice");
+    free(host);
+    free(back);
+    dt_free(result);
+    DT_OK(dion_comm_barrier(dt_comm));
+}
+
+/* ================================================================================================ */
+/* 8. A wait that cannot succeed times out with a record; 9. dion_comm_abort ends every wait.          */
+
+typedef struct {
+    dion_dev_t dev;
+    uint64_t *result;
+} dt_wait_args_t;
+
+DT_KERNEL(dt_wait_forever_kernel, dt_wait_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    uint64_t seen = 0;
+    a->result[0] = (uint64_t)dion_wait(c, 5, DION_CMP_EQ, 12345, &seen);
+    a->result[1] = seen;
+    a->result[2] = (uint64_t)dion_quiet(c);
+}
+
+static double dt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void dt_test_timeout(void)
+{
+    dion_dev_t dev;
+    dion_dev_attr_t attr = {64, 1, 300000000ull, 0}; /* 300 ms */
+    DT_OK(dion_dev_create(dt_comm, &attr, &dev));
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    dt_wait_args_t a = {dev, result};
+    double t0 = dt_now();
+    if (DT_LAUNCH(dt_wait_forever_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    double dt = dt_now() - t0;
+    uint64_t r[2];
+    dt_get(r, result, sizeof r);
+    if (r[0] != DION_ERR_TIMEOUT) DT_FAIL("wait returned %s, expected DION_ERR_TIMEOUT", dion_status_string((dion_status_t)r[0]));
+    if (dt < 0.29 || dt > 10) DT_FAIL("the 300 ms wait took %.3f s", dt);
+    dion_status_t st = dion_dev_check(dt_comm, &dev);
+    if (st != DION_ERR_TIMEOUT || !strstr(dion_last_error(), "timed out") || !strstr(dion_last_error(), "signal 5"))
+        DT_FAIL("dion_dev_check: %s: %s", dion_status_string(st), dion_last_error());
+    else if (dt_rank == 0)
+        printf("  timeout: %s\n", dion_last_error());
+    dt_free(result);
+    DT_OK(dion_dev_destroy(dt_comm, &dev));
+}
+
+static void *dt_abort_later(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, 300000000};
+    nanosleep(&ts, NULL);
+    dion_comm_abort(dt_comm);
+    return NULL;
+}
+
+/* Every rank waits forever; rank 0 aborts from another host thread; every wait and quiet must end. */
+static void dt_test_abort(void)
+{
+    dion_dev_t dev;
+    dion_dev_attr_t attr = {64, 1, UINT64_MAX, 0}; /* no timeout: only the abort can end the wait */
+    DT_OK(dion_dev_create(dt_comm, &attr, &dev));
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    DT_OK(dion_comm_barrier(dt_comm));
+    pthread_t t;
+    if (dt_rank == 0) pthread_create(&t, NULL, dt_abort_later, NULL);
+    dt_wait_args_t a = {dev, result};
+    if (DT_LAUNCH(dt_wait_forever_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    if (dt_rank == 0) pthread_join(t, NULL);
+    uint64_t r[3];
+    dt_get(r, result, sizeof r);
+    if (r[0] != DION_ERR_ABORTED || r[2] != DION_ERR_ABORTED)
+        DT_FAIL("after dion_comm_abort: wait returned %s and quiet %s; both must be DION_ERR_ABORTED",
+                dion_status_string((dion_status_t)r[0]), dion_status_string((dion_status_t)r[2]));
+    /* The bootstrap knows too: a host barrier fails instead of hanging. */
+    if (dion_comm_barrier(dt_comm) == DION_SUCCESS) DT_FAIL("a barrier after dion_comm_abort succeeded");
+    dt_free(result);
+    dion_dev_destroy(dt_comm, &dev);
+}
+
+/* A rank dies while the others wait on the device: their waits must end with DION_ERR_PEER_FAILED, and the
+ * host learns which rank. Ranks are forked here and meet through a unique id (dionrun would stop them). */
+static int dt_runner_init(void);
+static int dt_peerfail(int n)
+{
+    dion_unique_id_t id;
+    DT_OK(dion_get_unique_id(&id));
+    pid_t *pids = (pid_t *)calloc((size_t)n, sizeof *pids);
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] != 0) continue;
+        dt_rank = r;
+        dt_n = n;
+        int rc = dt_runner_init();
+        if (rc) _exit(rc);
+        DT_OK(dion_comm_init_rank(&dt_comm, n, &id, r));
+        dion_dev_t dev;
+        dion_dev_attr_t attr = {64, 1, UINT64_MAX, 0};
+        DT_OK(dion_dev_create(dt_comm, &attr, &dev));
+        uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+        DT_OK(dion_comm_barrier(dt_comm));
+        if (r == n - 1) {
+            struct timespec ts = {0, 200000000};
+            nanosleep(&ts, NULL);
+            raise(SIGKILL);
+        }
+        double t0 = dt_now();
+        dt_wait_args_t a = {dev, result};
+        if (DT_LAUNCH(dt_wait_forever_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+        uint64_t res[3];
+        dt_get(res, result, sizeof res);
+        if (res[0] != DION_ERR_PEER_FAILED)
+            DT_FAIL("wait returned %s, expected DION_ERR_PEER_FAILED", dion_status_string((dion_status_t)res[0]));
+        char want[32];
+        snprintf(want, sizeof want, "rank %d", n - 1);
+        dion_status_t st = dion_comm_barrier(dt_comm);
+        if (st == DION_SUCCESS || !strstr(dion_last_error(), want))
+            DT_FAIL("host barrier: %s: %s (should name %s)", dion_status_string(st), dion_last_error(), want);
+        printf("rank %d: device wait ended with DION_ERR_PEER_FAILED after %.2f s; host: %s\n", r, dt_now() - t0,
+               dion_last_error());
+        fflush(stdout);
+        _exit(dt_failures ? 1 : 0);
+    }
+    int bad = 0;
+    for (int r = 0; r < n; r++) {
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code == 77) return 77;
+        if (code != (r == n - 1 ? 128 + SIGKILL : 0)) {
+            fprintf(stderr, "FAIL: rank %d ended with %d\n", r, code);
+            bad++;
+        }
+    }
+    free(pids);
+    printf("%s: peer failure reported to all %d survivors\n", bad ? "FAIL" : "PASS", n - 1);
+    return bad ? 1 : 0;
+}
+
+static int dt_main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "all";
+    if (!strcmp(mode, "peerfail")) return dt_peerfail(argc > 2 ? atoi(argv[2]) : 3);
+    int rc = dt_runner_init();
+    if (rc) return rc;
+    DT_OK(dion_comm_init_env(&dt_comm));
+    dt_rank = dion_comm_rank(dt_comm);
+    dt_n = dion_comm_size(dt_comm);
+    dion_dev_attr_t attr = {64, 4, 0, 0};
+    DT_OK(dion_dev_create(dt_comm, &attr, &dt_dev));
+    size_t size = 2 * DT_PUT_HALF + 4096 * (size_t)dt_rank + 123; /* sizes differ per rank */
+    void *base = NULL;
+    dion_win_t win;
+    DT_OK(dion_win_alloc(dt_comm, size, DT_ON_HOST, &base, &win));
+    double t0 = dt_now();
+#define DT_RUN(name, call)                                                                                   \
+    do {                                                                                                     \
+        int before = dt_failures;                                                                            \
+        double t_ = dt_now();                                                                                \
+        call;                                                                                                \
+        if (dt_rank == 0)                                                                                    \
+            printf("%s %s (%.2f s)\n", dt_failures == before ? "PASS" : "FAIL", name, dt_now() - t_);        \
+        fflush(stdout);                                                                                      \
+    } while (0)
+    if (!strcmp(mode, "all")) {
+        DT_RUN("signals: SET, ADD, six comparisons, signal_read", dt_test_signals());
+        DT_RUN("puts: random sizes and unaligned offsets, thread/warp/block", dt_test_puts(win, (char *)base, DT_PUT_ROUNDS, 4u << 20, DT_PUT_HALF));
+        DT_RUN("put_signal stream of 10000 with data checks", dt_test_stream(win, 10000));
+        DT_RUN("atomics: fetch-add totals, CAS increments", dt_test_atomics(win, (char *)base, DT_ATOMIC_THREADS, 200, 20));
+        DT_RUN("get thread/warp/block, device barrier", dt_test_get_barrier(win, (char *)base));
+        DT_RUN("asymmetric window sizes, a 0-byte part", dt_test_asymmetric());
+        DT_RUN("wait timeout with an error record", dt_test_timeout());
+        DT_RUN_EXTRA();
+    } else if (!strcmp(mode, "check")) {
+        DT_RUN("DION_CHECK=1: rejected calls are recorded and write nothing", dt_test_check(win, (char *)base, size));
+    } else if (!strcmp(mode, "abort")) {
+        DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
+    } else {
+        fprintf(stderr, "usage: %s [all|check|abort|peerfail N]\n", argv[0]);
+        return 2;
+    }
+    int mine = dt_failures, *all = (int *)calloc((size_t)dt_n, sizeof(int)), total = 0;
+    if (strcmp(mode, "abort") != 0) {
+        DT_OK(dion_comm_allgather(dt_comm, &mine, sizeof mine, all));
+        for (int r = 0; r < dt_n; r++) total += all[r];
+        DT_OK(dion_win_destroy(win));
+        DT_OK(dion_dev_destroy(dt_comm, &dt_dev));
+    } else {
+        total = mine;
+        dion_win_destroy(win); /* the comm is aborted: these free locally and report the abort */
+        dion_dev_destroy(dt_comm, &dt_dev);
+    }
+    if (dt_rank == 0 || mine)
+        printf("%s: %d ranks, %d failures, %.2f s\n", total ? "FAIL" : "PASS", dt_n, total, dt_now() - t0);
+    free(all);
+    dion_comm_destroy(dt_comm);
+    return total ? 1 : 0;
+}
+
+#endif /* DION_TEST_CONFORMANCE_H */

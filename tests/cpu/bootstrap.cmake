@@ -1,0 +1,26 @@
+# Bootstrap: unique id, env (dionrun, mpirun), dion_mpi.h, failure cases.
+add_executable(test_bootstrap ${CMAKE_CURRENT_SOURCE_DIR}/test_bootstrap.c)
+target_link_libraries(test_bootstrap PRIVATE dion Threads::Threads)
+
+foreach(n 1 2 4 8)
+  dion_test(NAME boot_uid_${n} COMMAND test_bootstrap uid ${n} LABELS "host;cpu" TIMEOUT 120)
+  dion_test(NAME boot_dionrun_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} $<TARGET_FILE:test_bootstrap> env
+            LABELS "host;cpu" TIMEOUT 120)
+endforeach()
+dion_test(NAME boot_wrong_secret COMMAND test_bootstrap secret LABELS "host;cpu" TIMEOUT 60)
+dion_test(NAME boot_unreachable_root COMMAND test_bootstrap unreachable LABELS "host;cpu" TIMEOUT 60)
+dion_test(NAME boot_killed_rank COMMAND test_bootstrap kill 4 LABELS "host;cpu" TIMEOUT 60)
+dion_test(NAME boot_malformed_frames COMMAND test_bootstrap fuzz 4 LABELS "host;cpu" TIMEOUT 120)
+
+# Env init under Open MPI's mpirun (root: --allow-run-as-root; 2 cores: --oversubscribe).
+if(MPIEXEC_EXECUTABLE)
+  set(DION_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4)
+  dion_test(NAME boot_mpirun_env COMMAND ${DION_MPIRUN} $<TARGET_FILE:test_bootstrap> env LABELS "host;cpu"
+            TIMEOUT 120)
+  if(MPI_C_FOUND)
+    add_executable(test_bootstrap_mpi ${CMAKE_CURRENT_SOURCE_DIR}/test_bootstrap_mpi.c)
+    target_link_libraries(test_bootstrap_mpi PRIVATE dion MPI::MPI_C)
+    dion_test(NAME boot_mpi_header COMMAND ${DION_MPIRUN} $<TARGET_FILE:test_bootstrap_mpi> LABELS "host;cpu"
+              TIMEOUT 120)
+  endif()
+endif()

@@ -1,0 +1,13 @@
+# The conformance suite in CPU mode, over dionrun: 2, 3, 4 and 8 ranks, plus DION_CHECK, abort and a failed peer.
+add_executable(conformance_cpu ${CMAKE_CURRENT_SOURCE_DIR}/conformance_cpu.c)
+target_link_libraries(conformance_cpu PRIVATE dion Threads::Threads)
+foreach(n 2 3 4 8)
+  dion_test(NAME conf_cpu_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 240 $<TARGET_FILE:conformance_cpu> all
+            LABELS "host;cpu" TIMEOUT 300 ENV "DION_CPU_MODE=1")
+endforeach()
+dion_test(NAME conf_cpu_check COMMAND $<TARGET_FILE:dionrun> -n 3 --timeout 100 $<TARGET_FILE:conformance_cpu> check
+          LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_CHECK=1")
+dion_test(NAME conf_cpu_abort COMMAND $<TARGET_FILE:dionrun> -n 3 --timeout 100 $<TARGET_FILE:conformance_cpu> abort
+          LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1")
+dion_test(NAME conf_cpu_peerfail COMMAND $<TARGET_FILE:conformance_cpu> peerfail 3
+          LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1")
