@@ -152,7 +152,9 @@ DION_HD int dion__check_range(const dion_ctx_t *c, dion_dwin_t w, int rank, uint
  * for the body; the unaligned head and tail are copied by the leader in the widest steps the address allows.
  * Each thread issues all its loads of an unrolled step before its stores, so several are in flight. */
 
-#define DION__COPY_UNROLL 4
+#ifndef DION__COPY_UNROLL
+#define DION__COPY_UNROLL 4 /* loads in flight per thread per step; a build may override it */
+#endif
 
 DION_HD void dion__copy_edge(char *dst, const char *src, size_t n)
 {

@@ -2,6 +2,7 @@
  * parts of its node's ranks (p2p) and publishes a device-side table of their bases and sizes. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "cuda.h"

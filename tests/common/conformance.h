@@ -704,6 +704,7 @@ static void dt_test_abort(void)
 /* A rank dies while the others wait on the device: their waits must end with DION_ERR_PEER_FAILED, and the
  * host learns which rank. Ranks are forked here and meet through a unique id (dionrun would stop them). */
 static int dt_runner_init(void);
+static int dt_one_rank_per_gpu(int nranks);
 static int dt_peerfail(int n)
 {
     dion_unique_id_t id;
@@ -767,6 +768,13 @@ static int dt_main(int argc, char **argv)
     int rc = dt_runner_init();
     if (rc) return rc;
     DT_OK(dion_comm_init_env(&dt_comm));
+    /* DT_ONE_RANK_PER_GPU=1: run only when every rank has a GPU of its own (one-rank-per-GPU runs). */
+    const char *per_gpu = getenv("DT_ONE_RANK_PER_GPU");
+    if (per_gpu && atoi(per_gpu) && !dt_one_rank_per_gpu(dion_comm_size(dt_comm))) {
+        if (dion_comm_rank(dt_comm) == 0) printf("SKIP: fewer GPUs than ranks\n");
+        dion_comm_destroy(dt_comm);
+        return 77;
+    }
     dt_rank = dion_comm_rank(dt_comm);
     dt_n = dion_comm_size(dt_comm);
     dion_dev_attr_t attr = {64, 4, 0, 0};

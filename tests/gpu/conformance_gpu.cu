@@ -65,6 +65,12 @@ static int dt_runner_init(void)
     return 0;
 }
 
+static int dt_one_rank_per_gpu(int nranks)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n >= nranks;
+}
+
 /* Driver entry points without linking libcuda: the test binary must load where no driver exists. */
 template <class F> static F dt_cu(const char *name)
 {
@@ -90,7 +96,14 @@ static void dt_test_register_kinds(void)
     DT_OK(dion_win_destroy(w1));
     dt_free(raw);
 
-    /* 2. cuMem VMM: two physical allocations, exportable as file descriptors */
+    /* 2. a host window (shared memory, mapped into every rank and registered with CUDA) used by kernels */
+    void *hbase = NULL;
+    dion_win_t wh;
+    DT_OK(dion_win_alloc(dt_comm, 2 * half, 1, &hbase, &wh));
+    dt_test_puts(wh, (char *)hbase, 6, half / 2, half);
+    DT_OK(dion_win_destroy(wh));
+
+    /* 3. cuMem VMM: two physical allocations, exportable as file descriptors */
     auto create = dt_cu<CUresult (*)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                                      unsigned long long)>("cuMemCreate");
     auto granul = dt_cu<CUresult (*)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags)>(

@@ -1,0 +1,263 @@
+/* The same measurements as p2p_bench, through NVSHMEM's device API, for a side-by-side comparison. NVSHMEM's
+ * unique id travels over DION's bootstrap, so the same launcher starts both:
+ *   dionrun -n 2 [--mps] nvshmem_bench [--tests ...] [--csv FILE] [--label L]
+ * Semantics differ: nvshmemx_signal_op is not ordered after earlier puts (DION's signal is a release). */
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bench_common.h"
+#include "dion/dion.h"
+
+#define PP_DST (8ull << 20)
+
+enum { OP_SIGNAL, OP_PS_THREAD, OP_PS_WARP, OP_PS_BLOCK };
+
+static __device__ __forceinline__ uint64_t now_ns(void)
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void pingpong(char *buf, uint64_t *sig, size_t bytes, int op, int iters, int warmup, uint64_t base,
+                         unsigned long long *out)
+{
+    const int me = nvshmem_my_pe(), peer = me ^ 1, initiator = me == 0;
+    const uint32_t tid = threadIdx.x;
+    uint64_t t0 = 0;
+    for (int i = 1; i <= warmup + iters; i++) {
+        uint64_t v = base + (uint64_t)i;
+        if (i == warmup + 1) t0 = now_ns();
+        for (int half = 0; half < 2; half++) {
+            if ((half == 0) == initiator) {
+                switch (op) {
+                case OP_SIGNAL:
+                    if (tid == 0) nvshmemx_signal_op(sig, v, NVSHMEM_SIGNAL_SET, peer);
+                    break;
+                case OP_PS_THREAD:
+                    if (tid == 0) nvshmem_putmem_signal_nbi(buf + PP_DST, buf, bytes, sig, v, NVSHMEM_SIGNAL_SET, peer);
+                    break;
+                case OP_PS_WARP:
+                    if (tid < 32)
+                        nvshmemx_putmem_signal_nbi_warp(buf + PP_DST, buf, bytes, sig, v, NVSHMEM_SIGNAL_SET, peer);
+                    break;
+                default: nvshmemx_putmem_signal_nbi_block(buf + PP_DST, buf, bytes, sig, v, NVSHMEM_SIGNAL_SET, peer);
+                }
+            } else {
+                if (tid == 0) nvshmem_signal_wait_until(sig, NVSHMEM_CMP_EQ, v);
+                if (op == OP_PS_BLOCK) __syncthreads();
+                else if (op == OP_PS_WARP && tid < 32) __syncwarp();
+            }
+        }
+    }
+    if (tid == 0 && initiator) out[0] = now_ns() - t0;
+}
+
+__global__ void put_bw(char *buf, size_t total, size_t chunk, size_t dst_base, int peer)
+{
+    for (size_t off = (size_t)blockIdx.x * chunk; off < total; off += (size_t)gridDim.x * chunk) {
+        size_t n = total - off < chunk ? total - off : chunk;
+        nvshmemx_putmem_nbi_block(buf + dst_base + off, buf + off, n, peer);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) nvshmem_quiet();
+}
+
+__global__ void completion(char *buf, size_t bytes, int group, int iters, int warmup, unsigned long long *out)
+{
+    uint64_t t0 = 0;
+    for (int i = 0; i < warmup + iters; i++) {
+        if (i == warmup) t0 = now_ns();
+        if (group == 2) nvshmemx_putmem_nbi_block(buf + PP_DST, buf, bytes, 1);
+        else if (threadIdx.x == 0) nvshmem_putmem_nbi(buf + PP_DST, buf, bytes, 1);
+        if (group == 2) __syncthreads();
+        if (threadIdx.x == 0) nvshmem_quiet();
+        if (group == 2) __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = now_ns() - t0;
+}
+
+__global__ void msgrate(char *buf, int per_thread, size_t region)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nt = (size_t)gridDim.x * blockDim.x;
+    for (int i = 0; i < per_thread; i++) {
+        size_t word = (t + (size_t)i * nt) % (region / 8);
+        nvshmem_putmem_nbi(buf + PP_DST + word * 8, buf + (word % 1024) * 8, 8, 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) nvshmem_quiet();
+}
+
+__global__ void fill(char *p, size_t n, int rank)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        p[i] = (char)(rank * 37 + i * 13 + (i >> 8));
+}
+
+static int check_landed(char *buf, size_t dst, size_t src_off, size_t bytes, int peer, const char *what)
+{
+    std::vector<unsigned char> h(bytes);
+    BENCH_CHECK_CUDA(cudaMemcpy(h.data(), buf + dst, bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < bytes; i++)
+        if (h[i] != (unsigned char)(peer * 37 + (src_off + i) * 13 + ((src_off + i) >> 8))) {
+            fprintf(stderr, "FAIL nvshmem %s: byte %zu of %zu did not arrive\n", what, i, bytes);
+            return 1;
+        }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts_t o;
+    bench_parse(argc, argv, &o);
+    dion_comm_t comm;
+    if (dion_comm_init_env(&comm) != DION_SUCCESS) {
+        fprintf(stderr, "FAIL: %s\n", dion_last_error());
+        return 1;
+    }
+    int rank = dion_comm_rank(comm), n = dion_comm_size(comm);
+    nvshmemx_uniqueid_t uid;
+    memset(&uid, 0, sizeof uid);
+    if (rank == 0) nvshmemx_get_uniqueid(&uid);
+    dion_comm_bcast(comm, &uid, sizeof uid, 0);
+    nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;
+    nvshmemx_set_attr_uniqueid_args(rank, n, &uid, &attr);
+    if (nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, &attr) != 0) {
+        fprintf(stderr, "FAIL: nvshmemx_init_attr\n");
+        return 1;
+    }
+    cudaDeviceProp prop;
+    int dev_id = 0;
+    cudaGetDevice(&dev_id);
+    cudaGetDeviceProperties(&prop, dev_id);
+    int want_bw = bench_wants(&o, "put_bw");
+    size_t buf_bytes = want_bw ? 2 * (size_t)o.bw_bytes : (64ull << 20);
+    char *buf = (char *)nvshmem_malloc(buf_bytes);
+    uint64_t *sig = (uint64_t *)nvshmem_calloc(8, sizeof(uint64_t));
+    if (!buf || !sig) {
+        fprintf(stderr, "FAIL: nvshmem_malloc(%zu); raise NVSHMEM_SYMMETRIC_SIZE\n", buf_bytes);
+        return 1;
+    }
+    fill<<<prop.multiProcessorCount * 4, 512>>>(buf, buf_bytes / 2, rank);
+    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+    unsigned long long *out;
+    BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
+    nvshmem_barrier_all();
+    if (rank == 0) printf("# NVSHMEM bench: %d PEs, GPU %s, iters %d\n", n, prop.name, o.iters);
+    int failures = 0, active = rank < 2, peer = rank ^ 1;
+    uint64_t base_value = 0;
+
+    struct pp_case {
+        const char *test, *group;
+        int op, threads;
+        long long bytes;
+    };
+    std::vector<pp_case> cases;
+    if (bench_wants(&o, "signal")) cases.push_back({"signal_pingpong", "thread", OP_SIGNAL, 1, 0});
+    if (bench_wants(&o, "put_signal"))
+        for (int s = 0; s < BENCH_PS_NSIZES; s++) {
+            long long b = bench_ps_sizes[s];
+            if (b <= 4096) cases.push_back({"put_signal_pingpong", "thread", OP_PS_THREAD, 1, b});
+            cases.push_back({"put_signal_pingpong", "warp", OP_PS_WARP, 32, b});
+            cases.push_back({"put_signal_pingpong", "block", OP_PS_BLOCK, 1024, b});
+        }
+    for (const pp_case &pc : cases) {
+        int iters = pc.bytes >= 262144 ? o.iters / 20 : pc.bytes >= 16384 ? o.iters / 4 : o.iters;
+        int warmup = o.warmup * iters / o.iters;
+        BENCH_CHECK_CUDA(cudaMemset(buf + PP_DST, 0, pc.bytes ? pc.bytes : 8));
+        nvshmem_barrier_all();
+        if (active) {
+            pingpong<<<1, pc.threads>>>(buf, sig, (size_t)pc.bytes, pc.op, iters, warmup, base_value, out);
+            BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+        }
+        base_value += (uint64_t)(iters + warmup);
+        nvshmem_barrier_all();
+        unsigned long long t;
+        BENCH_CHECK_CUDA(cudaMemcpy(&t, out, 8, cudaMemcpyDeviceToHost));
+        if (active && pc.bytes) failures += check_landed(buf, PP_DST, 0, (size_t)pc.bytes, peer, pc.test);
+        if (rank == 0) bench_row(&o, "nvshmem", pc.test, pc.group, pc.bytes, "oneway_us", (double)t / iters / 2 / 1000);
+    }
+
+    if (want_bw) {
+        size_t total = (size_t)o.bw_bytes;
+        int blocks = prop.multiProcessorCount * 4, threads = 512;
+        size_t chunk = (total / blocks + 4095) / 4096 * 4096;
+        nvshmem_barrier_all();
+        std::vector<float> ms;
+        if (rank == 0) {
+            cudaEvent_t a, b;
+            cudaEventCreate(&a);
+            cudaEventCreate(&b);
+            for (int rep = 0; rep < 6; rep++) {
+                cudaEventRecord(a);
+                put_bw<<<blocks, threads>>>(buf, total, chunk, total, 1);
+                cudaEventRecord(b);
+                BENCH_CHECK_CUDA(cudaEventSynchronize(b));
+                float t;
+                cudaEventElapsedTime(&t, a, b);
+                if (rep) ms.push_back(t);
+            }
+            std::sort(ms.begin(), ms.end());
+            bench_row(&o, "nvshmem", "put_bw", "block", (long long)total, "GBps_median",
+                      total / (ms[ms.size() / 2] * 1e-3) / 1e9);
+            bench_row(&o, "nvshmem", "put_bw", "block", (long long)total, "GBps_best", total / (ms[0] * 1e-3) / 1e9);
+        }
+        nvshmem_barrier_all();
+        if (rank == 1) failures += check_landed(buf, total + total - 65536, total - 65536, 65536, 0, "put_bw tail");
+    }
+
+    if (bench_wants(&o, "completion")) {
+        const long long sizes[] = {8, 4096, 65536, 1048576};
+        for (long long b : sizes)
+            for (int group = 0; group <= 2; group += 2) {
+                if (group == 0 && b > 4096) continue;
+                int iters = b >= 65536 ? o.iters / 10 : o.iters;
+                nvshmem_barrier_all();
+                if (rank == 0) {
+                    completion<<<1, group == 2 ? 1024 : 1>>>(buf, (size_t)b, group, iters, iters / 10, out);
+                    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+                    unsigned long long t;
+                    BENCH_CHECK_CUDA(cudaMemcpy(&t, out, 8, cudaMemcpyDeviceToHost));
+                    bench_row(&o, "nvshmem", "put_quiet", group == 2 ? "block" : "thread", b, "latency_us",
+                              (double)t / iters / 1000);
+                }
+                nvshmem_barrier_all();
+            }
+    }
+
+    if (bench_wants(&o, "msgrate")) {
+        int blocks = prop.multiProcessorCount * 2, threads = 256, per = 256;
+        nvshmem_barrier_all();
+        if (rank == 0) {
+            cudaEvent_t a, b;
+            cudaEventCreate(&a);
+            cudaEventCreate(&b);
+            std::vector<float> ms;
+            for (int rep = 0; rep < 4; rep++) {
+                cudaEventRecord(a);
+                msgrate<<<blocks, threads>>>(buf, per, 4u << 20);
+                cudaEventRecord(b);
+                BENCH_CHECK_CUDA(cudaEventSynchronize(b));
+                float t;
+                cudaEventElapsedTime(&t, a, b);
+                if (rep) ms.push_back(t);
+            }
+            std::sort(ms.begin(), ms.end());
+            double ops = (double)blocks * threads * per;
+            bench_row(&o, "nvshmem", "put8_msgrate", "thread", 8, "Mops_median",
+                      ops / (ms[ms.size() / 2] * 1e-3) / 1e6);
+        }
+        nvshmem_barrier_all();
+    }
+    if (rank == 0 || failures) printf("# nvshmem: %d data errors on rank %d\n", failures, rank);
+    cudaFree(out);
+    nvshmem_free(sig);
+    nvshmem_free(buf);
+    nvshmem_finalize();
+    dion_comm_destroy(comm);
+    return failures ? 1 : 0;
+}

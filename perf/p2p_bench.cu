@@ -1,0 +1,372 @@
+/* DION p2p benchmarks: signal and put_signal ping-pong (one-way latency), put bandwidth over all SMs,
+ * put+quiet completion latency and message rate. Rank 0 and rank 1 take part; start with
+ *   dionrun -n 2 [--mps] p2p_bench [--tests ...] [--csv FILE] [--label L]
+ * The "ref" test times hand-written load/store sequences on the same mapping, for calibration: they are not
+ * DION calls and some of them do not order data before flags. */
+#include <algorithm>
+#include <vector>
+
+#include "bench_common.h"
+#include "dion/dion.h"
+#include "dion/dion_device.cuh"
+
+#define PP_SRC 0ull
+#define PP_DST (8ull << 20) /* ping-pong data lands here; sources start at 0 */
+
+enum {
+    OP_SIGNAL,
+    OP_PS_THREAD,
+    OP_PS_WARP,
+    OP_PS_BLOCK,
+    REF_VOLATILE,     /* st.volatile / ld.volatile flag, no data */
+    REF_RELAXED,      /* st.relaxed / ld.relaxed flag, no data */
+    REF_RELEASE,      /* st.release / ld.acquire flag, no data: what a release signal costs by hand */
+    REF_PS_UNORDERED, /* 8 B data store then a relaxed flag: no ordering, a lower bound only */
+};
+
+static __device__ __forceinline__ uint64_t bench_now(void) { return dion__time_ns(); }
+
+static __device__ __forceinline__ void ref_store(uint64_t *p, uint64_t v, int op, uint32_t scope)
+{
+    if (op == REF_VOLATILE) *(volatile uint64_t *)p = v;
+    else if (op == REF_RELEASE) dion__st_release(p, v, scope);
+    else dion__st_relaxed(p, v, scope);
+}
+
+static __device__ __forceinline__ void ref_wait(const uint64_t *p, uint64_t v, int op, uint32_t scope)
+{
+    if (op == REF_VOLATILE)
+        while (*(volatile const uint64_t *)p != v) {
+        }
+    else if (op == REF_RELEASE)
+        while (dion__ld_acquire(p, scope) != v) {
+        }
+    else
+        while (dion__ld_relaxed(p, scope) != v) {
+        }
+}
+
+/* Ping-pong between ranks 0 and 1 on signal 0. Values continue from base so that runs never see stale ones. */
+__global__ void pingpong(dion_dev_t dev, dion_dwin_t win, size_t bytes, int op, int iters, int warmup, uint64_t base,
+                         unsigned long long *out)
+{
+    dion_ctx_t c = dion_ctx(dev, 0);
+    const int me = dev.rank, peer = me ^ 1, initiator = me == 0;
+    const uint32_t tid = threadIdx.x, scope = dion__dev_scope(&dev);
+    uint64_t *mysig = dev.signals, *peersig = dev.peers[peer].signals;
+    uint64_t t0 = 0;
+    for (int i = 1; i <= warmup + iters; i++) {
+        uint64_t v = base + (uint64_t)i;
+        if (i == warmup + 1) t0 = bench_now();
+        for (int half = 0; half < 2; half++) {
+            int sending = (half == 0) == initiator;
+            if (sending) {
+                switch (op) {
+                case OP_SIGNAL:
+                    if (tid == 0) dion_signal(c, peer, 0, DION_SIG_SET, v);
+                    break;
+                case OP_PS_THREAD:
+                    if (tid == 0) dion_put_signal(c, win, peer, PP_DST, win, PP_SRC, bytes, 0, DION_SIG_SET, v);
+                    break;
+                case OP_PS_WARP:
+                    if (tid < 32) dion_put_signal_warp(c, win, peer, PP_DST, win, PP_SRC, bytes, 0, DION_SIG_SET, v);
+                    break;
+                case OP_PS_BLOCK: dion_put_signal_block(c, win, peer, PP_DST, win, PP_SRC, bytes, 0, DION_SIG_SET, v); break;
+                case REF_PS_UNORDERED:
+                    if (tid == 0) {
+                        char *dst = dion__win_peer(win, peer)->base + PP_DST;
+                        *(uint64_t *)dst = *(const uint64_t *)(dion__win_peer(win, me)->base + PP_SRC);
+                        dion__st_relaxed(peersig, v, scope);
+                    }
+                    break;
+                default:
+                    if (tid == 0) ref_store(peersig, v, op, scope);
+                }
+            } else {
+                if (tid == 0) {
+                    if (op <= OP_PS_BLOCK) {
+                        if (dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) {
+                            out[1] = 1;
+                            return; /* the host sees the error record too */
+                        }
+                    } else {
+                        ref_wait(mysig, v, op == REF_PS_UNORDERED ? REF_RELAXED : op, scope);
+                    }
+                }
+                if (op == OP_PS_BLOCK) __syncthreads();
+                else if (op == OP_PS_WARP && tid < 32) __syncwarp();
+            }
+        }
+    }
+    if (tid == 0 && initiator) out[0] = bench_now() - t0;
+}
+
+/* Put bandwidth: the blocks split total bytes into chunks, each a dion_put_block; then each block quiets. */
+__global__ void put_bw(dion_dev_t dev, dion_dwin_t win, size_t total, size_t chunk, size_t dst_base, int peer)
+{
+    dion_ctx_t c = dion_ctx(dev, 0);
+    for (size_t off = (size_t)blockIdx.x * chunk; off < total; off += (size_t)gridDim.x * chunk) {
+        size_t n = total - off < chunk ? total - off : chunk;
+        dion_put_block(c, win, peer, dst_base + off, win, off, n);
+    }
+    if (threadIdx.x == 0) dion_quiet(c);
+}
+
+/* The same copy by hand: int4 loads and stores through the mapped pointer (calibration). */
+__global__ void ref_copy_bw(const int4 *src, int4 *dst, size_t n16)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) dst[i] = src[i];
+}
+
+/* put + quiet, one after another: completion latency. group 0 thread, 2 block. */
+__global__ void completion(dion_dev_t dev, dion_dwin_t win, size_t bytes, int group, int iters, int warmup,
+                           unsigned long long *out)
+{
+    dion_ctx_t c = dion_ctx(dev, 0);
+    uint64_t t0 = 0;
+    for (int i = 0; i < warmup + iters; i++) {
+        if (i == warmup) t0 = bench_now();
+        if (group == 2) dion_put_block(c, win, 1, PP_DST, win, PP_SRC, bytes);
+        else if (threadIdx.x == 0) dion_put(c, win, 1, PP_DST, win, PP_SRC, bytes);
+        if (threadIdx.x == 0) dion_quiet(c);
+        if (group == 2) __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = bench_now() - t0;
+}
+
+/* Message rate: every thread issues per_thread 8-byte puts to distinct words, then one quiet per block. */
+__global__ void msgrate(dion_dev_t dev, dion_dwin_t win, int per_thread, size_t region)
+{
+    dion_ctx_t c = dion_ctx(dev, 0);
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nt = (size_t)gridDim.x * blockDim.x;
+    for (int i = 0; i < per_thread; i++) {
+        size_t word = (t + (size_t)i * nt) % (region / 8);
+        dion_put(c, win, 1, PP_DST + word * 8, win, PP_SRC + (word % 1024) * 8, 8);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) dion_quiet(c);
+}
+
+__global__ void fill(char *p, size_t n, int rank)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        p[i] = (char)(rank * 37 + i * 13 + (i >> 8));
+}
+
+static unsigned char expect_byte(int rank, size_t i) { return (unsigned char)(rank * 37 + i * 13 + (i >> 8)); }
+
+static dion_comm_t comm;
+static int rank_, nranks_;
+
+#define OK(call)                                                                                             \
+    do {                                                                                                     \
+        dion_status_t s_ = (call);                                                                           \
+        if (s_ != DION_SUCCESS) {                                                                            \
+            fprintf(stderr, "FAIL rank %d: %s: %s: %s\n", rank_, #call, dion_status_string(s_), dion_last_error()); \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+/* Checks that this rank's window holds, at dst, the peer's source pattern from src_off on. */
+static int check_landed(char *base, size_t dst, size_t src_off, size_t bytes, int peer, const char *what)
+{
+    std::vector<unsigned char> h(bytes);
+    BENCH_CHECK_CUDA(cudaMemcpy(h.data(), base + dst, bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < bytes; i++)
+        if (h[i] != expect_byte(peer, src_off + i)) {
+            fprintf(stderr, "FAIL rank %d: %s: byte %zu of %zu did not arrive (0x%02x, expected 0x%02x)\n", rank_, what,
+                    i, bytes, h[i], expect_byte(peer, src_off + i));
+            return 1;
+        }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts_t o;
+    bench_parse(argc, argv, &o);
+    OK(dion_comm_init_env(&comm));
+    rank_ = dion_comm_rank(comm);
+    nranks_ = dion_comm_size(comm);
+    if (nranks_ < 2) {
+        fprintf(stderr, "p2p_bench needs 2 ranks (dionrun -n 2)\n");
+        return 2;
+    }
+    const int active = rank_ < 2, peer = rank_ ^ 1;
+    cudaDeviceProp prop;
+    int dev_id = 0;
+    BENCH_CHECK_CUDA(cudaGetDevice(&dev_id));
+    BENCH_CHECK_CUDA(cudaGetDeviceProperties(&prop, dev_id));
+    dion_dev_attr_t attr = {64, 1, 0, 0};
+    dion_dev_t dev;
+    OK(dion_dev_create(comm, &attr, &dev));
+    int want_bw = bench_wants(&o, "put_bw") || bench_wants(&o, "ref");
+    size_t win_bytes = want_bw ? 2 * (size_t)o.bw_bytes : (64ull << 20);
+    if (win_bytes < (64ull << 20)) win_bytes = 64ull << 20;
+    char *base = NULL;
+    dion_win_t win;
+    OK(dion_win_alloc(comm, win_bytes, 0, (void **)&base, &win));
+    dion_dwin_t dwin = dion_win_device(win);
+    fill<<<prop.multiProcessorCount * 4, 512>>>(base, win_bytes / 2, rank_);
+    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+    unsigned long long *out;
+    BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
+    if (rank_ == 0)
+        printf("# DION p2p bench: %d ranks, GPU %s (%d SMs), %s, iters %d\n", nranks_, prop.name, prop.multiProcessorCount,
+               (dev.flags & DION_DEVF_SYS) ? "system scope" : "GPU scope", o.iters);
+    int failures = 0;
+    uint64_t base_value = 0;
+
+    /* ---- ping-pongs ---- */
+    struct pp_case {
+        const char *test, *group;
+        int op, threads;
+        long long bytes;
+    };
+    std::vector<pp_case> cases;
+    if (bench_wants(&o, "signal")) cases.push_back({"signal_pingpong", "thread", OP_SIGNAL, 1, 0});
+    if (bench_wants(&o, "ref")) {
+        cases.push_back({"ref_flag_volatile", "thread", REF_VOLATILE, 1, 0});
+        cases.push_back({"ref_flag_relaxed", "thread", REF_RELAXED, 1, 0});
+        cases.push_back({"ref_flag_release", "thread", REF_RELEASE, 1, 0});
+        cases.push_back({"ref_put8_unordered", "thread", REF_PS_UNORDERED, 1, 8});
+    }
+    if (bench_wants(&o, "put_signal"))
+        for (int s = 0; s < BENCH_PS_NSIZES; s++) {
+            long long b = bench_ps_sizes[s];
+            if (b <= 4096) cases.push_back({"put_signal_pingpong", "thread", OP_PS_THREAD, 1, b});
+            cases.push_back({"put_signal_pingpong", "warp", OP_PS_WARP, 32, b});
+            cases.push_back({"put_signal_pingpong", "block", OP_PS_BLOCK, 1024, b});
+        }
+    for (const pp_case &pc : cases) {
+        int iters = pc.bytes >= 262144 ? o.iters / 20 : pc.bytes >= 16384 ? o.iters / 4 : o.iters;
+        int warmup = o.warmup * iters / o.iters;
+        OK(dion_comm_barrier(comm));
+        BENCH_CHECK_CUDA(cudaMemset(base + PP_DST, 0, pc.bytes ? pc.bytes : 8));
+        BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
+        OK(dion_comm_barrier(comm));
+        if (active) {
+            pingpong<<<1, pc.threads>>>(dev, dwin, (size_t)pc.bytes, pc.op, iters, warmup, base_value, out);
+            BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+        }
+        base_value += (uint64_t)(iters + warmup);
+        unsigned long long r[2];
+        BENCH_CHECK_CUDA(cudaMemcpy(r, out, sizeof r, cudaMemcpyDeviceToHost));
+        if (r[1] || dion_dev_check(comm, &dev) != DION_SUCCESS) {
+            fprintf(stderr, "FAIL rank %d: %s %s: %s\n", rank_, pc.test, pc.group, dion_last_error());
+            failures++;
+        }
+        if (active && pc.bytes && pc.op != REF_PS_UNORDERED)
+            failures += check_landed(base, PP_DST, PP_SRC, (size_t)pc.bytes, peer, pc.test);
+        if (rank_ == 0) bench_row(&o, "dion", pc.test, pc.group, pc.bytes, "oneway_us", (double)r[0] / iters / 2 / 1000);
+    }
+
+    /* ---- bandwidth ---- */
+    if (bench_wants(&o, "put_bw") || bench_wants(&o, "ref")) {
+        size_t total = (size_t)o.bw_bytes;
+        int blocks = prop.multiProcessorCount * 4, threads = 512;
+        size_t chunk = (total / blocks + 4095) / 4096 * 4096;
+        /* the peer's mapped base, read back from the device-side window table, for the hand-written copy */
+        std::vector<char> tab(offsetof(struct dion_win_dev, peer) + sizeof(struct dion_win_peer) * nranks_);
+        BENCH_CHECK_CUDA(cudaMemcpy(tab.data(), dwin, tab.size(), cudaMemcpyDeviceToHost));
+        char *peer_base = dion__win_peer((dion_dwin_t)tab.data(), 1)->base;
+        for (int kind = 0; kind < 2; kind++) {
+            if (kind == 0 && !bench_wants(&o, "put_bw")) continue;
+            if (kind == 1 && !bench_wants(&o, "ref")) continue;
+            OK(dion_comm_barrier(comm));
+            std::vector<float> ms;
+            if (rank_ == 0) {
+                cudaEvent_t a, b;
+                cudaEventCreate(&a);
+                cudaEventCreate(&b);
+                for (int rep = 0; rep < 6; rep++) {
+                    cudaEventRecord(a);
+                    if (kind == 0) put_bw<<<blocks, threads>>>(dev, dwin, total, chunk, total, 1);
+                    else
+                        ref_copy_bw<<<blocks, threads>>>((const int4 *)base, (int4 *)(peer_base + total), total / 16);
+                    cudaEventRecord(b);
+                    BENCH_CHECK_CUDA(cudaEventSynchronize(b));
+                    float t;
+                    cudaEventElapsedTime(&t, a, b);
+                    if (rep) ms.push_back(t); /* the first run warms up */
+                }
+            }
+            OK(dion_comm_barrier(comm));
+            if (rank_ == 1 && kind == 0) {
+                /* sampled check of what landed: the first and last 64 KiB and 64 pages in between */
+                failures += check_landed(base, total, 0, 65536, 0, "put_bw head");
+                failures += check_landed(base, total + total - 65536, total - 65536, 65536, 0, "put_bw tail");
+                for (int k = 1; k < 64; k++) {
+                    size_t off = (total / 64) * (size_t)k + (size_t)k * 4099 % 4096;
+                    failures += check_landed(base, total + off, off, 4096, 0, "put_bw sample");
+                }
+            }
+            if (rank_ == 0 && !ms.empty()) {
+                std::sort(ms.begin(), ms.end());
+                double med = ms[ms.size() / 2], best = ms[0];
+                const char *name = kind == 0 ? "put_bw" : "ref_copy_bw";
+                bench_row(&o, "dion", name, "block", (long long)total, "GBps_median", total / (med * 1e-3) / 1e9);
+                bench_row(&o, "dion", name, "block", (long long)total, "GBps_best", total / (best * 1e-3) / 1e9);
+            }
+        }
+    }
+
+    /* ---- completion latency: put + quiet ---- */
+    if (bench_wants(&o, "completion")) {
+        const long long sizes[] = {8, 4096, 65536, 1048576};
+        for (long long b : sizes)
+            for (int group = 0; group <= 2; group += 2) {
+                if (group == 0 && b > 4096) continue;
+                int iters = b >= 65536 ? o.iters / 10 : o.iters;
+                OK(dion_comm_barrier(comm));
+                if (rank_ == 0) {
+                    completion<<<1, group == 2 ? 1024 : 1>>>(dev, dwin, (size_t)b, group, iters, iters / 10, out);
+                    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+                    unsigned long long t;
+                    BENCH_CHECK_CUDA(cudaMemcpy(&t, out, 8, cudaMemcpyDeviceToHost));
+                    bench_row(&o, "dion", "put_quiet", group == 2 ? "block" : "thread", b, "latency_us",
+                              (double)t / iters / 1000);
+                }
+                OK(dion_comm_barrier(comm));
+                if (rank_ == 1) failures += check_landed(base, PP_DST, PP_SRC, (size_t)b, 0, "put_quiet");
+            }
+    }
+
+    /* ---- message rate ---- */
+    if (bench_wants(&o, "msgrate")) {
+        int blocks = prop.multiProcessorCount * 2, threads = 256, per = 256;
+        OK(dion_comm_barrier(comm));
+        if (rank_ == 0) {
+            cudaEvent_t a, b;
+            cudaEventCreate(&a);
+            cudaEventCreate(&b);
+            std::vector<float> ms;
+            for (int rep = 0; rep < 4; rep++) {
+                cudaEventRecord(a);
+                msgrate<<<blocks, threads>>>(dev, dwin, per, 4u << 20);
+                cudaEventRecord(b);
+                BENCH_CHECK_CUDA(cudaEventSynchronize(b));
+                float t;
+                cudaEventElapsedTime(&t, a, b);
+                if (rep) ms.push_back(t);
+            }
+            std::sort(ms.begin(), ms.end());
+            double ops = (double)blocks * threads * per;
+            bench_row(&o, "dion", "put8_msgrate", "thread", 8, "Mops_median", ops / (ms[ms.size() / 2] * 1e-3) / 1e6);
+        }
+        OK(dion_comm_barrier(comm));
+    }
+
+    int all_fail = 0;
+    std::vector<int> fails(nranks_);
+    OK(dion_comm_allgather(comm, &failures, sizeof failures, fails.data()));
+    for (int f : fails) all_fail += f;
+    if (rank_ == 0) printf("# %s: %d data or device errors\n", all_fail ? "FAIL" : "ok", all_fail);
+    cudaFree(out);
+    OK(dion_win_destroy(win));
+    OK(dion_dev_destroy(comm, &dev));
+    dion_comm_destroy(comm);
+    return all_fail ? 1 : 0;
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds DION for sm_90 and runs, on the GPU machine, in one go: the gpu-labelled tests (ranks sharing GPU 0
+# under MPS; one rank per GPU where there are several), compute-sanitizer (memcheck, racecheck), and the
+# benchmarks of DION, NVSHMEM and NCCL's LSA device API side by side. Logs and CSV go to $OUT.
+# Every step is bounded by its own timeout so that one hang cannot eat the whole run.
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_IGNORE_CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=1 NVSHMEM_SYMMETRIC_SIZE=3G
+STEPS=${STEPS:-build,test1,bench1,test2,bench2,sanitize}
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+log() { echo "=== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/steps.log"; }
+run() { # run NAME SECONDS cmd...
+  local name=$1 secs=$2; shift 2
+  log "start $name"
+  timeout -k 5 "$secs" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  log "end $name rc=$rc"
+  tail -n 25 "$OUT/$name.log"
+  return $rc
+}
+B=build/gpu
+NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+{ date -u; git log -1 --format='%H %s' 2>/dev/null; nvidia-smi; nvidia-smi topo -m; nvcc --version | tail -2; } > "$OUT/machine.txt" 2>&1
+log "GPUs: $NGPU"
+
+if want build; then
+  run configure 120 cmake --preset gpu -DDION_BUILD_EXAMPLES=ON
+  grep -iE "nvshmem|nccl" "$OUT/configure.log"
+  run build 300 cmake --build $B -j 16 || exit 1
+fi
+if want test1; then # ranks sharing GPU 0 under MPS
+  (cd $B && CUDA_VISIBLE_DEVICES=0 run ctest_1gpu 240 ctest -L gpu --output-on-failure -E pergpu)
+fi
+NVSHMEM_LIB=$(grep -oP 'NVSHMEM found in \K\S+' "$OUT/configure.log" 2>/dev/null)
+[ -n "$NVSHMEM_LIB" ] && export LD_LIBRARY_PATH=$NVSHMEM_LIB/lib:${LD_LIBRARY_PATH:-}
+if want bench1; then
+  CUDA_VISIBLE_DEVICES=0 run bench_dion_1gpu 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench \
+    --tests signal,put_signal,put_bw,completion,msgrate,ref --csv "$OUT/bench.csv" --label 1gpu-mps
+  [ -x $B/perf/nvshmem_bench ] && CUDA_VISIBLE_DEVICES=0 run bench_nvshmem_1gpu 120 $B/dionrun -n 2 --mps \
+    $B/perf/nvshmem_bench --tests signal,put_signal,put_bw,completion,msgrate --csv "$OUT/bench.csv" --label 1gpu-mps
+fi
+if [ "$NGPU" -ge 2 ]; then
+  if want test2; then
+    (cd $B && run ctest_pergpu 200 ctest -L gpu --output-on-failure -R pergpu)
+  fi
+  if want bench2; then
+    run bench_dion_2gpu 120 $B/dionrun -n 2 $B/perf/p2p_bench --tests signal,put_signal,put_bw,completion,msgrate,ref \
+      --csv "$OUT/bench.csv" --label 2gpu-nvlink
+    [ -x $B/perf/nvshmem_bench ] && run bench_nvshmem_2gpu 120 $B/dionrun -n 2 $B/perf/nvshmem_bench \
+      --tests signal,put_signal,put_bw,completion,msgrate --csv "$OUT/bench.csv" --label 2gpu-nvlink
+    [ -x $B/perf/nccl_lsa_bench ] && run bench_nccl_2gpu 120 $B/dionrun -n 2 $B/perf/nccl_lsa_bench \
+      --tests signal,put_signal,put_bw --csv "$OUT/bench.csv" --label 2gpu-nvlink
+  fi
+fi
+if want sanitize; then # MPS clients cannot be sanitized: one rank per GPU, or a single rank
+  NS=$(( NGPU >= 2 ? 2 : 1 ))
+  for tool in memcheck racecheck; do
+    run sanitize_$tool 150 $B/dionrun -n $NS --timeout 140 compute-sanitizer --tool $tool --error-exitcode 9 \
+      $B/tests/gpu/conformance_gpu all
+  done
+fi
+log "done"
