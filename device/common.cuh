@@ -12,6 +12,27 @@ DION_HD struct dion_win_peer *dion__win_peer(dion_dwin_t w, int rank)
     return (struct dion_win_peer *)((char *)w + offsetof(struct dion_win_dev, peer)) + rank;
 }
 
+/* Peer entry of the handle: from the handle itself (parameter bank on the GPU) for the first peers. A switch
+ * with constant indices keeps the compiler from copying the handle to local memory to index it. */
+DION_HD struct dion_dev_peer dion__peer(const dion_dev_t *d, int peer)
+{
+#if DION__GPU
+    switch (peer) {
+    case 0: return d->peer_inline[0];
+    case 1: return d->peer_inline[1];
+    case 2: return d->peer_inline[2];
+    case 3: return d->peer_inline[3];
+    case 4: return d->peer_inline[4];
+    case 5: return d->peer_inline[5];
+    case 6: return d->peer_inline[6];
+    case 7: return d->peer_inline[7];
+    default: return d->peers[peer];
+    }
+#else
+    return d->peers[peer];
+#endif
+}
+
 /* ---- control words at the tail of a signal table ---- */
 
 DION_HD uint64_t *dion__ctl_word(const dion_dev_t *d, uint64_t *table, uint32_t word)
@@ -101,7 +122,7 @@ DION_HD int dion__check_ctx(const dion_ctx_t *c, dion_op_t op, int leader)
 
 DION_HD int dion__check_peer(const dion_ctx_t *c, int peer, dion_op_t op, int leader)
 {
-    if (peer >= 0 && peer < c->dev.nranks && c->dev.peers[peer].transport != DION_TRANSPORT_NONE) return 1;
+    if (peer >= 0 && peer < c->dev.nranks && dion__peer(&c->dev, peer).transport != DION_TRANSPORT_NONE) return 1;
     if (leader) {
         dion__err_t e = dion__err(DION_ERR_INVALID_ARG, op, peer);
         e.limit = (uint64_t)c->dev.nranks;
@@ -214,6 +235,14 @@ DION_HD void dion__copy(char *dst, const char *src, size_t n, uint32_t r, uint32
     return;
 #else
     uintptr_t diff = (uintptr_t)dst ^ (uintptr_t)src;
+    if (g == 1 && n <= 16) { /* small puts from one thread: a store or two, no loop set-up */
+        if ((diff & 7) == 0) {
+            dion__copy_edge(dst, src, n);
+        } else {
+            for (size_t i = 0; i < n; i++) dst[i] = src[i];
+        }
+        return;
+    }
     size_t w = (diff & 15) == 0 ? 16 : (diff & 7) == 0 ? 8 : (diff & 3) == 0 ? 4 : (diff & 1) == 0 ? 2 : 1;
     size_t head = (w - ((uintptr_t)dst & (w - 1))) & (w - 1);
     if (head > n) head = n;

@@ -9,7 +9,7 @@
 /* Scope an operation on peer's part of window w needs: the peer's, widened to system for host memory. */
 DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
 {
-    return c->dev.peers[peer].scope | ((w->flags & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
+    return dion__peer(&c->dev, peer).scope | ((w->flags & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
 }
 
 DION_HD void dion__p2p_put(dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src, int me, size_t src_off,
@@ -21,13 +21,15 @@ DION_HD void dion__p2p_put(dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_
 DION_HD void dion__p2p_signal(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value,
                               uint32_t scope)
 {
-    uint64_t *word = c->dev.peers[peer].signals + sig;
+    uint64_t *word = dion__peer(&c->dev, peer).signals + sig;
     /* Release: the target sees the new value only after everything this thread (and what it synchronized
-     * with) wrote before. */
-    if (op == DION_SIG_SET)
-        dion__st_release(word, value, scope);
-    else
-        dion__red_add_release(word, value, scope);
+     * with) wrote before. The relaxed forms order nothing and skip the fence. */
+    switch (op) {
+    case DION_SIG_SET: dion__st_release(word, value, scope); break;
+    case DION_SIG_ADD: dion__red_add_release(word, value, scope); break;
+    case DION_SIG_SET_RELAXED: dion__st_relaxed(word, value, scope); break;
+    default: dion__atom_add(word, value, scope); break;
+    }
 }
 
 DION_HD uint64_t dion__p2p_fetch_add(dion_dwin_t w, int peer, size_t off, uint64_t value, uint32_t scope)

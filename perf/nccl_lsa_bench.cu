@@ -41,7 +41,7 @@ static __device__ __forceinline__ void group_copy(char *dst, const char *src, si
     for (size_t i = n16 * 16 + r; i < bytes; i += g) dst[i] = src[i];
 }
 
-__global__ void pingpong(ncclWindow_t win, ncclDevComm dc, size_t bytes, int op, int iters, int warmup, uint64_t base,
+__global__ void __launch_bounds__(1024, 1) pingpong(ncclWindow_t win, ncclDevComm dc, size_t bytes, int op, int iters, int warmup, uint64_t base,
                          unsigned long long *out)
 {
     const int me = dc.rank, peer = me ^ 1, initiator = me == 0;
@@ -83,6 +83,14 @@ __global__ void put_bw(ncclWindow_t win, size_t total, size_t dst_base, int peer
     int4 *dst = (int4 *)ncclGetLsaPointer(win, dst_base, peer);
     size_t n16 = total / 16, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) dst[i] = src[i];
+}
+
+/* Busy work for about ns nanoseconds, so that clocks have ramped up before anything is timed. */
+__global__ void spin(uint64_t ns, unsigned long long *sink)
+{
+    uint64_t t0 = now_ns(), x = threadIdx.x;
+    while (now_ns() - t0 < ns) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    if (x == 42) sink[0] = x;
 }
 
 __global__ void fill(char *p, size_t n, int rank)
@@ -130,6 +138,8 @@ int main(int argc, char **argv)
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
     BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
+    spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
+    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     dion_comm_barrier(dcomm);
     if (rank == 0) printf("# NCCL %d LSA bench: %d ranks, GPU %s\n", NCCL_VERSION_CODE, n, prop.name);
     uint64_t base_value = 0;

@@ -22,7 +22,7 @@ static __device__ __forceinline__ uint64_t now_ns(void)
     return t;
 }
 
-__global__ void pingpong(char *buf, uint64_t *sig, size_t bytes, int op, int iters, int warmup, uint64_t base,
+__global__ void __launch_bounds__(1024, 1) pingpong(char *buf, uint64_t *sig, size_t bytes, int op, int iters, int warmup, uint64_t base,
                          unsigned long long *out)
 {
     const int me = nvshmem_my_pe(), peer = me ^ 1, initiator = me == 0;
@@ -66,7 +66,7 @@ __global__ void put_bw(char *buf, size_t total, size_t chunk, size_t dst_base, i
     if (threadIdx.x == 0) nvshmem_quiet();
 }
 
-__global__ void completion(char *buf, size_t bytes, int group, int iters, int warmup, unsigned long long *out)
+__global__ void __launch_bounds__(1024, 1) completion(char *buf, size_t bytes, int group, int iters, int warmup, unsigned long long *out)
 {
     uint64_t t0 = 0;
     for (int i = 0; i < warmup + iters; i++) {
@@ -89,6 +89,14 @@ __global__ void msgrate(char *buf, int per_thread, size_t region)
     }
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_quiet();
+}
+
+/* Busy work for about ns nanoseconds, so that clocks have ramped up before anything is timed. */
+__global__ void spin(uint64_t ns, unsigned long long *sink)
+{
+    uint64_t t0 = now_ns(), x = threadIdx.x;
+    while (now_ns() - t0 < ns) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    if (x == 42) sink[0] = x;
 }
 
 __global__ void fill(char *p, size_t n, int rank)
@@ -146,6 +154,8 @@ int main(int argc, char **argv)
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
     BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
+    spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
+    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     nvshmem_barrier_all();
     if (rank == 0) printf("# NVSHMEM bench: %d PEs, GPU %s, iters %d\n", n, prop.name, o.iters);
     int failures = 0, active = rank < 2, peer = rank ^ 1;

@@ -22,7 +22,18 @@ enum {
     REF_RELAXED,      /* st.relaxed / ld.relaxed flag, no data */
     REF_RELEASE,      /* st.release / ld.acquire flag, no data: what a release signal costs by hand */
     REF_PS_UNORDERED, /* 8 B data store then a relaxed flag: no ordering, a lower bound only */
+    REF_PS_TABLE,     /* ordered 8 B put_signal by hand, window bases loaded from the table (ld.global) */
+    REF_PS_TABLE_NC,  /* the same, table loaded through the read-only path (ld.global.nc) */
+    REF_PS_PARAM,     /* the same, window bases passed as kernel parameters: no table load at all */
+    OP_SIGNAL_RELAXED /* dion_signal with DION_SIG_SET_RELAXED */
 };
+
+static __device__ __forceinline__ char *ld_nc_ptr(char *const *p)
+{
+    unsigned long long v;
+    asm volatile("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(p));
+    return (char *)v;
+}
 
 static __device__ __forceinline__ uint64_t bench_now(void) { return dion__time_ns(); }
 
@@ -47,13 +58,13 @@ static __device__ __forceinline__ void ref_wait(const uint64_t *p, uint64_t v, i
 }
 
 /* Ping-pong between ranks 0 and 1 on signal 0. Values continue from base so that runs never see stale ones. */
-__global__ void pingpong(dion_dev_t dev, dion_dwin_t win, size_t bytes, int op, int iters, int warmup, uint64_t base,
-                         unsigned long long *out)
+__global__ void __launch_bounds__(1024, 1) pingpong(dion_dev_t dev, dion_dwin_t win, size_t bytes, int op, int iters, int warmup, uint64_t base,
+                         unsigned long long *out, char *param_dst, char *param_src)
 {
     dion_ctx_t c = dion_ctx(dev, 0);
     const int me = dev.rank, peer = me ^ 1, initiator = me == 0;
     const uint32_t tid = threadIdx.x, scope = dion__dev_scope(&dev);
-    uint64_t *mysig = dev.signals, *peersig = dev.peers[peer].signals;
+    uint64_t *mysig = dev.signals, *peersig = dion__peer(&dev, peer).signals;
     uint64_t t0 = 0;
     for (int i = 1; i <= warmup + iters; i++) {
         uint64_t v = base + (uint64_t)i;
@@ -64,6 +75,25 @@ __global__ void pingpong(dion_dev_t dev, dion_dwin_t win, size_t bytes, int op, 
                 switch (op) {
                 case OP_SIGNAL:
                     if (tid == 0) dion_signal(c, peer, 0, DION_SIG_SET, v);
+                    break;
+                case OP_SIGNAL_RELAXED:
+                    if (tid == 0) dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
+                    break;
+                case REF_PS_TABLE:
+                case REF_PS_TABLE_NC:
+                case REF_PS_PARAM:
+                    if (tid == 0) {
+                        char *dst, *src;
+                        if (op == REF_PS_PARAM) {
+                            dst = param_dst, src = param_src;
+                        } else if (op == REF_PS_TABLE) {
+                            dst = dion__win_peer(win, peer)->base, src = dion__win_peer(win, me)->base;
+                        } else {
+                            dst = ld_nc_ptr(&dion__win_peer(win, peer)->base), src = ld_nc_ptr(&dion__win_peer(win, me)->base);
+                        }
+                        *(uint64_t *)(dst + PP_DST) = *(const uint64_t *)(src + PP_SRC);
+                        dion__st_release(peersig, v, scope);
+                    }
                     break;
                 case OP_PS_THREAD:
                     if (tid == 0) dion_put_signal(c, win, peer, PP_DST, win, PP_SRC, bytes, 0, DION_SIG_SET, v);
@@ -84,13 +114,13 @@ __global__ void pingpong(dion_dev_t dev, dion_dwin_t win, size_t bytes, int op, 
                 }
             } else {
                 if (tid == 0) {
-                    if (op <= OP_PS_BLOCK) {
+                    if (op <= OP_PS_BLOCK || op == OP_SIGNAL_RELAXED) {
                         if (dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) {
                             out[1] = 1;
                             return; /* the host sees the error record too */
                         }
                     } else {
-                        ref_wait(mysig, v, op == REF_PS_UNORDERED ? REF_RELAXED : op, scope);
+                        ref_wait(mysig, v, op == REF_PS_UNORDERED ? REF_RELAXED : op >= REF_PS_TABLE ? REF_RELEASE : op, scope);
                     }
                 }
                 if (op == OP_PS_BLOCK) __syncthreads();
@@ -120,7 +150,7 @@ __global__ void ref_copy_bw(const int4 *src, int4 *dst, size_t n16)
 }
 
 /* put + quiet, one after another: completion latency. group 0 thread, 2 block. */
-__global__ void completion(dion_dev_t dev, dion_dwin_t win, size_t bytes, int group, int iters, int warmup,
+__global__ void __launch_bounds__(1024, 1) completion(dion_dev_t dev, dion_dwin_t win, size_t bytes, int group, int iters, int warmup,
                            unsigned long long *out)
 {
     dion_ctx_t c = dion_ctx(dev, 0);
@@ -148,6 +178,14 @@ __global__ void msgrate(dion_dev_t dev, dion_dwin_t win, int per_thread, size_t 
     if (threadIdx.x == 0) dion_quiet(c);
 }
 
+/* Busy work for about ns nanoseconds, so that clocks have ramped up before anything is timed. */
+__global__ void spin(uint64_t ns, unsigned long long *sink)
+{
+    uint64_t t0 = dion__time_ns(), x = threadIdx.x;
+    while (dion__time_ns() - t0 < ns) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    if (x == 42) sink[0] = x;
+}
+
 __global__ void fill(char *p, size_t n, int rank)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -158,7 +196,16 @@ __global__ void fill(char *p, size_t n, int rank)
 static unsigned char expect_byte(int rank, size_t i) { return (unsigned char)(rank * 37 + i * 13 + (i >> 8)); }
 
 static dion_comm_t comm;
-static int rank_, nranks_;
+static int nranks_;
+
+/* A peer's mapped window base, read back from the device-side table (for hand-written reference code). */
+static char *peer_base_of(dion_dwin_t dwin, int peer)
+{
+    std::vector<char> tab(offsetof(struct dion_win_dev, peer) + sizeof(struct dion_win_peer) * nranks_);
+    BENCH_CHECK_CUDA(cudaMemcpy(tab.data(), dwin, tab.size(), cudaMemcpyDeviceToHost));
+    return dion__win_peer((dion_dwin_t)tab.data(), peer)->base;
+}
+static int rank_;
 
 #define OK(call)                                                                                             \
     do {                                                                                                     \
@@ -213,6 +260,9 @@ int main(int argc, char **argv)
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
     BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
+    /* clocks up before timing anything */
+    spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
+    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     if (rank_ == 0)
         printf("# DION p2p bench: %d ranks, GPU %s (%d SMs), %s, iters %d\n", nranks_, prop.name, prop.multiProcessorCount,
                (dev.flags & DION_DEVF_SYS) ? "system scope" : "GPU scope", o.iters);
@@ -226,8 +276,14 @@ int main(int argc, char **argv)
         long long bytes;
     };
     std::vector<pp_case> cases;
-    if (bench_wants(&o, "signal")) cases.push_back({"signal_pingpong", "thread", OP_SIGNAL, 1, 0});
+    if (bench_wants(&o, "signal")) {
+        cases.push_back({"signal_pingpong", "thread", OP_SIGNAL, 1, 0});
+        cases.push_back({"signal_relaxed_pingpong", "thread", OP_SIGNAL_RELAXED, 1, 0});
+    }
     if (bench_wants(&o, "ref")) {
+        cases.push_back({"ref_put8_table", "thread", REF_PS_TABLE, 1, 8});
+        cases.push_back({"ref_put8_table_nc", "thread", REF_PS_TABLE_NC, 1, 8});
+        cases.push_back({"ref_put8_param", "thread", REF_PS_PARAM, 1, 8});
         cases.push_back({"ref_flag_volatile", "thread", REF_VOLATILE, 1, 0});
         cases.push_back({"ref_flag_relaxed", "thread", REF_RELAXED, 1, 0});
         cases.push_back({"ref_flag_release", "thread", REF_RELEASE, 1, 0});
@@ -248,7 +304,8 @@ int main(int argc, char **argv)
         BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
         OK(dion_comm_barrier(comm));
         if (active) {
-            pingpong<<<1, pc.threads>>>(dev, dwin, (size_t)pc.bytes, pc.op, iters, warmup, base_value, out);
+            pingpong<<<1, pc.threads>>>(dev, dwin, (size_t)pc.bytes, pc.op, iters, warmup, base_value, out,
+                                        peer_base_of(dwin, peer), base);
             BENCH_CHECK_CUDA(cudaDeviceSynchronize());
         }
         base_value += (uint64_t)(iters + warmup);
@@ -268,10 +325,7 @@ int main(int argc, char **argv)
         size_t total = (size_t)o.bw_bytes;
         int blocks = prop.multiProcessorCount * 4, threads = 512;
         size_t chunk = (total / blocks + 4095) / 4096 * 4096;
-        /* the peer's mapped base, read back from the device-side window table, for the hand-written copy */
-        std::vector<char> tab(offsetof(struct dion_win_dev, peer) + sizeof(struct dion_win_peer) * nranks_);
-        BENCH_CHECK_CUDA(cudaMemcpy(tab.data(), dwin, tab.size(), cudaMemcpyDeviceToHost));
-        char *peer_base = dion__win_peer((dion_dwin_t)tab.data(), 1)->base;
+        char *peer_base = peer_base_of(dwin, 1);
         for (int kind = 0; kind < 2; kind++) {
             if (kind == 0 && !bench_wants(&o, "put_bw")) continue;
             if (kind == 1 && !bench_wants(&o, "ref")) continue;

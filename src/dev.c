@@ -16,6 +16,7 @@ struct dion__devh {
     uint64_t *table; /* this rank's signal table (device memory, or shared host memory in CPU mode) */
     size_t table_words;
     dion__mem_import_t *imports; /* [nranks] peers' tables */
+    struct dion_dev_peer peers_copy[DION_DEV_INLINE_PEERS];
     uint64_t **tables;           /* [nranks] every table as mapped here (NULL when unreachable) */
     struct dion_dev_errors *errors_host;
     uint64_t check_cursor, watch_cursor;
@@ -319,6 +320,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             }
             peers[r].signals = h->tables[r];
             if (peers[r].scope == DION_SCOPE_SYS) flags |= DION_DEVF_SYS;
+            if (r < DION_DEV_INLINE_PEERS) h->peers_copy[r] = peers[r];
         }
         if (cpu || c->host_windows) flags |= DION_DEVF_SYS;
         ag = dion__dev_agree(c, st, "mapping the peers' signal tables");
@@ -378,6 +380,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     h->dev.flags = flags;
     h->dev.signals = h->table;
     h->dev.host = h;
+    for (int r = 0; r < n && r < DION_DEV_INLINE_PEERS; r++) h->dev.peer_inline[r] = h->peers_copy[r];
     pthread_mutex_lock(&c->devs_lock);
     h->next = c->devs;
     c->devs = h;

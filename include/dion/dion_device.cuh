@@ -4,7 +4,7 @@
  * Semantics (docs/semantics.md has the full table per backend):
  *  put          returns when issued; the source may be reused after dion_quiet on the same context.
  *  put_signal   returns when issued; the target sees the signal change only after this put's data.
- *  signal       release: ordered after every earlier put of the caller to that peer.
+ *  signal       release: ordered after every earlier put of the caller to that peer (the _RELAXED ops are not).
  *  wait         acquire: data of puts whose signal it observed is visible after it returns.
  *  fence        earlier operations of the caller reach each peer before later ones.
  *  quiet        every earlier operation of the caller is complete: sources reusable, data delivered.
@@ -88,7 +88,7 @@ DION_HD int dion__check_signal_args(const dion_ctx_t *c, int peer, uint32_t sig,
     if (c->index >= c->dev.num_contexts || !dion__check_peer(c, peer, what, lead) ||
         !dion__check_sig(c, peer, sig, what, lead))
         return 0;
-    if (op == DION_SIG_SET || op == DION_SIG_ADD) return 1;
+    if ((uint32_t)op <= DION_SIG_ADD_RELAXED) return 1;
     if (lead) {
         dion__err_t e = dion__err(DION_ERR_INVALID_ARG, what, peer);
         e.sig = sig;
@@ -114,7 +114,8 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
     /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
     dion__group_sync(g);
     if (r == 0) {
-        dion__p2p_signal(&c, peer, sig, op, value, dion__p2p_scope(&c, peer, dst));
+        /* the data must precede the signal whatever the op says: put_signal always releases */
+        dion__p2p_signal(&c, peer, sig, (dion_sig_op_t)((uint32_t)op & 1u), value, dion__p2p_scope(&c, peer, dst));
         DION__STAT(&c, puts, 1);
         DION__STAT(&c, put_bytes, bytes);
         DION__STAT(&c, signals, 1);
@@ -143,7 +144,7 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
 {
     if (dion__check_enabled(&c) && !dion__check_signal_args(&c, peer, sig, op, DION_OP_SIGNAL, 1)) return;
     /* Signal tables live in device memory (or shared memory in CPU mode): the peer's scope is enough. */
-    dion__p2p_signal(&c, peer, sig, op, value, c.dev.peers[peer].scope | dion__dev_scope(&c.dev));
+    dion__p2p_signal(&c, peer, sig, op, value, dion__peer(&c.dev, peer).scope | dion__dev_scope(&c.dev));
     DION__STAT(&c, signals, 1);
 }
 
@@ -209,7 +210,8 @@ DION_HD dion_status_t dion_barrier(dion_ctx_t c)
     uint32_t word = d->num_signals + dion__barrier_word(d, c.index);
     for (int p = 0; p < d->nranks; p++) {
         if (p == d->rank) continue;
-        dion__red_add_release(d->peers[p].signals + word, 1, d->peers[p].scope | dion__dev_scope(d));
+        struct dion_dev_peer pe = dion__peer(d, p);
+        dion__red_add_release(pe.signals + word, 1, pe.scope | dion__dev_scope(d));
     }
     st = dion__wait_word(&c, d->signals + word, DION_CMP_GE, epoch * (uint64_t)(d->nranks - 1), NULL,
                          DION_OP_BARRIER, word);

@@ -35,8 +35,9 @@ typedef enum {
     DION_ERR_INTERNAL
 } dion_status_t;
 
-/* How a signal word is updated. */
-typedef enum { DION_SIG_SET = 0, DION_SIG_ADD = 1 } dion_sig_op_t;
+/* How a signal word is updated. SET and ADD are releases: ordered after the caller's earlier puts to that peer.
+ * The _RELAXED forms carry no ordering (pure synchronization, no data): they skip the fence and cost a store. */
+typedef enum { DION_SIG_SET = 0, DION_SIG_ADD = 1, DION_SIG_SET_RELAXED = 2, DION_SIG_ADD_RELAXED = 3 } dion_sig_op_t;
 
 /* Comparisons for dion_wait: "signal CMP value". */
 typedef enum { DION_CMP_EQ = 0, DION_CMP_NE, DION_CMP_GT, DION_CMP_GE, DION_CMP_LT, DION_CMP_LE } dion_cmp_t;
@@ -142,6 +143,10 @@ struct dion_dev_errors {
 #define DION_CTL_ERR_HEAD 2   /* error records claimed so far */
 #define DION_CTL_WORDS 8      /* then one barrier counter per context */
 
+/* The first peers' entries are also kept inside the handle: kernels receive it by value, so these are read
+ * from the parameter (constant) bank, which the L1 invalidation of an acquire does not touch. */
+#define DION_DEV_INLINE_PEERS 8
+
 /* The device handle: a plain struct passed to kernels by value. */
 typedef struct dion_dev {
     int32_t rank;
@@ -157,6 +162,7 @@ typedef struct dion_dev {
     uint64_t *ctx_state;           /* [num_contexts] barrier epochs */
     dion_ctx_stats_t *stats;       /* [num_contexts], NULL unless DION_STATS=1 */
     void *host;                    /* host-side bookkeeping; opaque to device code */
+    struct dion_dev_peer peer_inline[DION_DEV_INLINE_PEERS]; /* copies of peers[0..7] */
 } dion_dev_t;
 
 /* A context: an ordered lane of operations, obtained with dion_ctx(dev, index). */

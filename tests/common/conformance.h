@@ -128,12 +128,13 @@ static void dt_test_puts(dion_win_t win, char *base, int rounds, uint64_t max_by
     int next = (dt_rank + 1) % dt_n, prev = (dt_rank + dt_n - 1) % dt_n;
     uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
     uint8_t *host = (uint8_t *)malloc(2 * half);
-    uint64_t signals = 0;
+    static uint64_t signals; /* signal 0 keeps counting across calls: each wait must need this round's put */
     static const char *gname[] = {"thread", "warp", "block"};
     for (int k = 0; k < rounds; k++) {
         /* The same draws on every rank: everybody knows what its predecessor sends. */
         uint64_t bytes = dt_range(&rng, 0, 3) == 0 ? dt_range(&rng, 0, 64) : (1ull << dt_range(&rng, 0, 22)) + dt_range(&rng, 0, 4095);
         if (bytes > max_bytes) bytes = max_bytes;
+        if (bytes > half - 256) bytes = half - 256; /* leave room for the offsets and guard bytes below */
         uint64_t src_off = dt_range(&rng, 0, half - bytes - 1);
         uint64_t dst_off = half + dt_range(&rng, 64, half - bytes - 64);
         int group = (int)dt_range(&rng, 0, 2), with_signal = (int)dt_range(&rng, 0, 1);

@@ -148,13 +148,22 @@ uint32_t dion__p2p_peer_scope(dion_comm_t c, int peer, int cpu_mode)
 
 /* ---- export ---- */
 
+/* The mapping (one physical allocation) that contains p. */
+static dion_status_t dion__vmm_mapping(const dion__cu_t *cu, CUdeviceptr p, CUdeviceptr *start, size_t *size)
+{
+    CUresult r = cu->PointerGetAttribute(start, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p);
+    if (r == CUDA_SUCCESS) r = cu->PointerGetAttribute(size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, p);
+    return r == CUDA_SUCCESS ? DION_SUCCESS
+                             : dion__cu_check(r, "reading the VMM mapping of a window (is the whole range mapped?)");
+}
+
 static dion_status_t dion__export_vmm(const dion__cu_t *cu, void *base, size_t bytes, dion__mem_desc_t *d,
                                       dion__mem_export_t *exp)
 {
     CUdeviceptr start = 0, p;
     size_t s = 0;
-    CUresult r = cu->MemGetAddressRange(&start, &s, (CUdeviceptr)(uintptr_t)base);
-    if (r != CUDA_SUCCESS) return dion__cu_check(r, "cuMemGetAddressRange on a VMM window");
+    dion_status_t st = dion__vmm_mapping(cu, (CUdeviceptr)(uintptr_t)base, &start, &s);
+    if (st != DION_SUCCESS) return st;
     d->kind = DION__MEM_VMM;
     d->offset = (uintptr_t)base - start;
     p = start;
@@ -166,10 +175,9 @@ static dion_status_t dion__export_vmm(const dion__cu_t *cu, void *base, size_t b
         CUmemGenericAllocationHandle h;
         CUdeviceptr cb;
         size_t cs;
-        if ((r = cu->MemGetAddressRange(&cb, &cs, p)) != CUDA_SUCCESS)
-            return dion__cu_check(r, "cuMemGetAddressRange (the VMM window has an unmapped hole?)");
-        if ((r = cu->MemRetainAllocationHandle(&h, (void *)(uintptr_t)p)) != CUDA_SUCCESS)
-            return dion__cu_check(r, "cuMemRetainAllocationHandle");
+        if ((st = dion__vmm_mapping(cu, p, &cb, &cs)) != DION_SUCCESS) return st;
+        CUresult r = cu->MemRetainAllocationHandle(&h, (void *)(uintptr_t)p);
+        if (r != CUDA_SUCCESS) return dion__cu_check(r, "cuMemRetainAllocationHandle");
         int fd = -1;
         r = cu->MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
         cu->MemRelease(h);
@@ -216,9 +224,13 @@ dion_status_t dion__p2p_export(dion_comm_t c, void *base, size_t bytes, dion__me
     if (cudaGetDeviceProperties(&prop, a.device) == cudaSuccess) memcpy(d->gpu_uuid, prop.uuid.bytes, 16);
     const dion__cu_t *cu = dion__cu();
     if (!cu) return dion__error(DION_ERR_CUDA, "%s", dion_last_error());
-    CUmemGenericAllocationHandle h;
-    if (cu->MemRetainAllocationHandle(&h, base) == CUDA_SUCCESS) {
-        cu->MemRelease(h);
+    /* cudaMalloc memory travels as a legacy IPC handle; cuMem (VMM) memory is not IPC-capable that way. Asking
+     * the attribute avoids probing calls that fail (and that compute-sanitizer reports). */
+    int legacy_ipc = 0;
+    CUresult ar = cu->PointerGetAttribute(&legacy_ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                          (CUdeviceptr)(uintptr_t)base);
+    if (ar != CUDA_SUCCESS) return dion__cu_check(ar, "cuPointerGetAttribute on the window base");
+    if (!legacy_ipc) {
         dion_status_t st = dion__export_vmm(cu, base, bytes, d, exp);
         if (st != DION_SUCCESS) dion__p2p_export_close(exp);
         return st;
