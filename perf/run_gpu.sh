@@ -41,6 +41,10 @@ if want bench1; then
   [ -x $B/perf/nvshmem_bench ] && CUDA_VISIBLE_DEVICES=0 run bench_nvshmem_1gpu 120 $B/dionrun -n 2 --mps \
     $B/perf/nvshmem_bench --tests signal,put_signal,put_bw,completion,msgrate --csv "$OUT/bench.csv" --label 1gpu-mps
 fi
+if want variants; then # the cooperative copy with 8 loads in flight per thread instead of 4
+  CUDA_VISIBLE_DEVICES=0 run bench_dion_1gpu_u8 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench_u8 \
+    --tests put_signal,put_bw,completion --csv "$OUT/variants.csv" --label 1gpu-mps-u8
+fi
 if [ "$NGPU" -ge 2 ]; then
   if want test2; then
     (cd $B && run ctest_pergpu 200 ctest -L gpu --output-on-failure -R pergpu)
