@@ -177,11 +177,12 @@ static const char *dion__root_hello(dion__root_t *r, int ci)
 
 static void dion__root_accept(dion__root_t *r, uint64_t now)
 {
-    for (;;) {
+    /* Accept only while there is room: the rest wait in the kernel's backlog until pending connections have
+     * been read or timed out, so a flood never pushes out a rank whose HELLO is already on its way. */
+    while (r->nconns < DION__ROOT_MAX_PENDING) {
         int fd;
         dion__addr_t from;
         if (dion__accept(r->lfd, now, &fd, &from) != DION_SUCCESS) return; /* deadline 'now': no waiting */
-        if (r->nconns == DION__ROOT_MAX_PENDING) dion__root_drop(r, 0, "too many connections without a HELLO");
         dion__root_conn_t *c = &r->conns[r->nconns++];
         memset(c, 0, sizeof *c);
         c->fd = fd;
@@ -209,8 +210,9 @@ static void *dion__root_main(void *arg)
                      dion__addr_str(&r->bind, a), known, r->nranks);
             break;
         }
-        pfd[0].fd = r->lfd;
+        pfd[0].fd = r->nconns < DION__ROOT_MAX_PENDING ? r->lfd : -1; /* full: let the backlog wait */
         pfd[0].events = POLLIN;
+        pfd[0].revents = 0;
         for (int i = 0; i < r->nconns; i++) {
             pfd[i + 1].fd = r->conns[i].fd;
             pfd[i + 1].events = POLLIN;

@@ -33,6 +33,52 @@ DION_HD struct dion_dev_peer dion__peer(const dion_dev_t *d, int peer)
 #endif
 }
 
+#if DION__GPU
+DION_HD char *dion__slot_base(const struct dion_dev_win_slot *s, int rank)
+{
+    switch (rank) {
+    case 0: return s->base[0];
+    case 1: return s->base[1];
+    case 2: return s->base[2];
+    case 3: return s->base[3];
+    case 4: return s->base[4];
+    case 5: return s->base[5];
+    case 6: return s->base[6];
+    default: return s->base[7];
+    }
+}
+#endif
+
+/* rank's base of window w: from the handle's window slots when w has one (no memory load on the GPU),
+ * else from w's table. */
+DION_HD char *dion__win_base(const dion_dev_t *d, dion_dwin_t w, int rank)
+{
+#if DION__GPU
+    if ((unsigned)rank < DION_DEV_INLINE_PEERS) {
+        if (w == d->win_slot[0].win) return dion__slot_base(&d->win_slot[0], rank);
+        if (w == d->win_slot[1].win) return dion__slot_base(&d->win_slot[1], rank);
+        if (w == d->win_slot[2].win) return dion__slot_base(&d->win_slot[2], rank);
+        if (w == d->win_slot[3].win) return dion__slot_base(&d->win_slot[3], rank);
+    }
+#else
+    (void)d;
+#endif
+    return dion__win_peer(w, rank)->base;
+}
+
+DION_HD uint32_t dion__win_flags(const dion_dev_t *d, dion_dwin_t w)
+{
+#if DION__GPU
+    if (w == d->win_slot[0].win) return d->win_slot[0].flags;
+    if (w == d->win_slot[1].win) return d->win_slot[1].flags;
+    if (w == d->win_slot[2].win) return d->win_slot[2].flags;
+    if (w == d->win_slot[3].win) return d->win_slot[3].flags;
+#else
+    (void)d;
+#endif
+    return w->flags;
+}
+
 /* ---- control words at the tail of a signal table ---- */
 
 DION_HD uint64_t *dion__ctl_word(const dion_dev_t *d, uint64_t *table, uint32_t word)

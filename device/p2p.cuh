@@ -5,17 +5,29 @@
 #define DION_DEVICE_P2P_CUH
 
 #include "dion/device/common.cuh"
+#include "dion/device/tma.cuh"
 
 /* Scope an operation on peer's part of window w needs: the peer's, widened to system for host memory. */
 DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
 {
-    return dion__peer(&c->dev, peer).scope | ((w->flags & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
+    return dion__peer(&c->dev, peer).scope |
+           ((dion__win_flags(&c->dev, w) & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
 }
 
-DION_HD void dion__p2p_put(dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src, int me, size_t src_off,
-                           size_t bytes, uint32_t r, uint32_t g)
+DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                           size_t src_off, size_t bytes, uint32_t r, uint32_t g, dion__group_t kind)
 {
-    dion__copy(dion__win_peer(dst, peer)->base + dst_off, dion__win_peer(src, me)->base + src_off, bytes, r, g);
+    char *to = dion__win_base(d, dst, peer) + dst_off;
+    const char *from = dion__win_base(d, src, d->rank) + src_off;
+#if DION__TMA
+    /* large block copies between GPU windows go through the bulk engine when the kernel opted in */
+    if (kind == DION__BLOCK && !((dion__win_flags(d, dst) | dion__win_flags(d, src)) & DION_WIN_HOST) &&
+        dion__copy_block_tma(to, from, bytes))
+        return;
+#else
+    (void)kind;
+#endif
+    dion__copy(to, from, bytes, r, g);
 }
 
 DION_HD void dion__p2p_signal(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value,
@@ -32,15 +44,16 @@ DION_HD void dion__p2p_signal(const dion_ctx_t *c, int peer, uint32_t sig, dion_
     }
 }
 
-DION_HD uint64_t dion__p2p_fetch_add(dion_dwin_t w, int peer, size_t off, uint64_t value, uint32_t scope)
+DION_HD uint64_t dion__p2p_fetch_add(const dion_dev_t *d, dion_dwin_t w, int peer, size_t off, uint64_t value,
+                                     uint32_t scope)
 {
-    return dion__atom_add((uint64_t *)(dion__win_peer(w, peer)->base + off), value, scope);
+    return dion__atom_add((uint64_t *)(dion__win_base(d, w, peer) + off), value, scope);
 }
 
-DION_HD uint64_t dion__p2p_compare_swap(dion_dwin_t w, int peer, size_t off, uint64_t expected, uint64_t desired,
-                                        uint32_t scope)
+DION_HD uint64_t dion__p2p_compare_swap(const dion_dev_t *d, dion_dwin_t w, int peer, size_t off, uint64_t expected,
+                                        uint64_t desired, uint32_t scope)
 {
-    return dion__atom_cas((uint64_t *)(dion__win_peer(w, peer)->base + off), expected, desired, scope);
+    return dion__atom_cas((uint64_t *)(dion__win_base(d, w, peer) + off), expected, desired, scope);
 }
 
 /* Stores are performed in order for every observer within scope once the fence completes: this is both

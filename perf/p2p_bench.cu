@@ -25,7 +25,10 @@ enum {
     REF_PS_TABLE,     /* ordered 8 B put_signal by hand, window bases loaded from the table (ld.global) */
     REF_PS_TABLE_NC,  /* the same, table loaded through the read-only path (ld.global.nc) */
     REF_PS_PARAM,     /* the same, window bases passed as kernel parameters: no table load at all */
-    OP_SIGNAL_RELAXED /* dion_signal with DION_SIG_SET_RELAXED */
+    OP_SIGNAL_RELAXED, /* dion_signal with DION_SIG_SET_RELAXED */
+    REF_PS_LIBWAIT,    /* REF_PS_PARAM, but waiting with dion_wait */
+    REF_PS_LIBSIGNAL,  /* REF_PS_PARAM, but signalling with dion_signal */
+    REF_PS_LIBPUT      /* REF_PS_PARAM, but the data moves with dion_put */
 };
 
 static __device__ __forceinline__ char *ld_nc_ptr(char *const *p)
@@ -79,12 +82,25 @@ __global__ void __launch_bounds__(1024, 1) pingpong(dion_dev_t dev, dion_dwin_t 
                 case OP_SIGNAL_RELAXED:
                     if (tid == 0) dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
                     break;
+                case REF_PS_LIBSIGNAL:
+                    if (tid == 0) {
+                        *(uint64_t *)(param_dst + PP_DST) = *(const uint64_t *)(param_src + PP_SRC);
+                        dion_signal(c, peer, 0, DION_SIG_SET, v);
+                    }
+                    break;
+                case REF_PS_LIBPUT:
+                    if (tid == 0) {
+                        dion_put(c, win, peer, PP_DST, win, PP_SRC, 8);
+                        dion__st_release(peersig, v, scope);
+                    }
+                    break;
                 case REF_PS_TABLE:
                 case REF_PS_TABLE_NC:
                 case REF_PS_PARAM:
+                case REF_PS_LIBWAIT:
                     if (tid == 0) {
                         char *dst, *src;
-                        if (op == REF_PS_PARAM) {
+                        if (op == REF_PS_PARAM || op == REF_PS_LIBWAIT) {
                             dst = param_dst, src = param_src;
                         } else if (op == REF_PS_TABLE) {
                             dst = dion__win_peer(win, peer)->base, src = dion__win_peer(win, me)->base;
@@ -114,7 +130,7 @@ __global__ void __launch_bounds__(1024, 1) pingpong(dion_dev_t dev, dion_dwin_t 
                 }
             } else {
                 if (tid == 0) {
-                    if (op <= OP_PS_BLOCK || op == OP_SIGNAL_RELAXED) {
+                    if (op <= OP_PS_BLOCK || op == OP_SIGNAL_RELAXED || op == REF_PS_LIBWAIT) {
                         if (dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) {
                             out[1] = 1;
                             return; /* the host sees the error record too */
@@ -246,9 +262,6 @@ int main(int argc, char **argv)
     int dev_id = 0;
     BENCH_CHECK_CUDA(cudaGetDevice(&dev_id));
     BENCH_CHECK_CUDA(cudaGetDeviceProperties(&prop, dev_id));
-    dion_dev_attr_t attr = {64, 1, 0, 0};
-    dion_dev_t dev;
-    OK(dion_dev_create(comm, &attr, &dev));
     int want_bw = bench_wants(&o, "put_bw") || bench_wants(&o, "ref");
     size_t win_bytes = want_bw ? 2 * (size_t)o.bw_bytes : (64ull << 20);
     if (win_bytes < (64ull << 20)) win_bytes = 64ull << 20;
@@ -256,6 +269,10 @@ int main(int argc, char **argv)
     dion_win_t win;
     OK(dion_win_alloc(comm, win_bytes, 0, (void **)&base, &win));
     dion_dwin_t dwin = dion_win_device(win);
+    /* the handle is made after the window, so kernels find the window in the handle's slots */
+    dion_dev_attr_t attr = {64, 1, 0, 0};
+    dion_dev_t dev;
+    OK(dion_dev_create(comm, &attr, &dev));
     fill<<<prop.multiProcessorCount * 4, 512>>>(base, win_bytes / 2, rank_);
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
@@ -284,6 +301,9 @@ int main(int argc, char **argv)
         cases.push_back({"ref_put8_table", "thread", REF_PS_TABLE, 1, 8});
         cases.push_back({"ref_put8_table_nc", "thread", REF_PS_TABLE_NC, 1, 8});
         cases.push_back({"ref_put8_param", "thread", REF_PS_PARAM, 1, 8});
+        cases.push_back({"ref_put8_param_libwait", "thread", REF_PS_LIBWAIT, 1, 8});
+        cases.push_back({"ref_put8_param_libsignal", "thread", REF_PS_LIBSIGNAL, 1, 8});
+        cases.push_back({"ref_put8_libput", "thread", REF_PS_LIBPUT, 1, 8});
         cases.push_back({"ref_flag_volatile", "thread", REF_VOLATILE, 1, 0});
         cases.push_back({"ref_flag_relaxed", "thread", REF_RELAXED, 1, 0});
         cases.push_back({"ref_flag_release", "thread", REF_RELEASE, 1, 0});

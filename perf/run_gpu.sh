@@ -44,6 +44,8 @@ fi
 if want variants; then # the cooperative copy with 8 loads in flight per thread instead of 4
   CUDA_VISIBLE_DEVICES=0 run bench_dion_1gpu_u8 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench_u8 \
     --tests put_signal,put_bw,completion --csv "$OUT/variants.csv" --label 1gpu-mps-u8
+  CUDA_VISIBLE_DEVICES=0 run bench_dion_1gpu_tma 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench_tma \
+    --tests put_signal,put_bw,completion --csv "$OUT/variants.csv" --label 1gpu-mps-tma
 fi
 if [ "$NGPU" -ge 2 ]; then
   if want test2; then
@@ -66,3 +68,6 @@ if want sanitize; then # MPS clients cannot be sanitized: one rank per GPU, or a
   done
 fi
 log "done"
+# at most 8 files come back: keep the CSVs and the step log apart, pack the rest
+(cd "$OUT" && tar czf logs.tgz --exclude='*.csv' --exclude=logs.tgz --exclude=steps.log *.log *.txt 2>/dev/null && \
+  find . -maxdepth 1 -name '*.log' ! -name steps.log -delete && rm -f machine.txt)

@@ -193,6 +193,7 @@ dion_status_t dion_comm_destroy(dion_comm_t comm)
                  "dion_comm_destroy: %d window(s) and %s device handle(s) still exist; destroy them first (their "
                  "memory stays mapped until the process exits)",
                  comm->live_windows, comm->devs ? "some" : "no");
+    dion__win_free_zombies(comm);
     dion__boot_destroy(comm->boot);
     if (comm->ux_fd >= 0) close(comm->ux_fd);
     free(comm->info);

@@ -20,6 +20,7 @@ typedef struct {
 } dion__rank_info_t;
 
 struct dion__devh; /* dev.c */
+struct dion_win;    /* win.c */
 
 struct dion_comm {
     int rank, nranks;
@@ -32,6 +33,9 @@ struct dion_comm {
     int ux_fd;       /* Unix datagram socket for passing file descriptors to local ranks; -1 until needed */
     uint32_t next_win_id;
     int live_windows;
+    struct dion_win *wins;   /* live windows in registration order */
+    void **zombie_tables;    /* tables of destroyed windows still named by a handle's slot; freed with the comm */
+    int nzombies;
     int host_windows; /* windows whose memory on this rank is host memory */
     struct dion__devh *devs; /* device handles of this comm */
     pthread_mutex_t devs_lock; /* guards devs against the watchdog */
@@ -50,6 +54,12 @@ dion_status_t dion__comm_check(dion_comm_t comm, const char *fn);
 /* Passing file descriptors to local ranks (fdpass.c): every local rank sends its fd to every other local rank
  * and receives theirs. fds_out[r] is -1 for non-local ranks and this rank. tag distinguishes concurrent uses. */
 dion_status_t dion__fd_exchange(dion_comm_t comm, uint32_t tag, int my_fd, int *fds_out);
+
+/* Windows (win.c): fills the handle's window slots from the live windows, oldest first. */
+void dion__win_fill_slots(dion_comm_t comm, struct dion_dev_win_slot *slots, int max);
+void dion__win_free_zombies(dion_comm_t comm);
+/* Whether some live device handle names this window table in a slot (dev.c). */
+int dion__dev_slot_uses(dion_comm_t comm, const void *table);
 
 /* Watchdog (watchdog.c). */
 dion_status_t dion__watchdog_start(dion_comm_t comm);

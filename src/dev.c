@@ -381,6 +381,9 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     h->dev.signals = h->table;
     h->dev.host = h;
     for (int r = 0; r < n && r < DION_DEV_INLINE_PEERS; r++) h->dev.peer_inline[r] = h->peers_copy[r];
+    pthread_mutex_lock(&c->lock);
+    dion__win_fill_slots(c, h->dev.win_slot, DION_DEV_WIN_SLOTS);
+    pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->devs_lock);
     h->next = c->devs;
     c->devs = h;
@@ -390,6 +393,17 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
              cpu ? "CPU" : "GPU", a.num_signals, a.num_contexts, (flags & DION_DEVF_SYS) ? "system" : "GPU",
              (flags & DION_DEVF_CHECK) ? "on" : "off", (flags & DION_DEVF_STATS) ? "on" : "off");
     return DION_SUCCESS;
+}
+
+int dion__dev_slot_uses(dion_comm_t c, const void *table)
+{
+    int used = 0;
+    pthread_mutex_lock(&c->devs_lock);
+    for (struct dion__devh *h = c->devs; h && !used; h = h->next)
+        for (int k = 0; k < DION_DEV_WIN_SLOTS; k++)
+            if (h->dev.win_slot[k].win == table) used = 1;
+    pthread_mutex_unlock(&c->devs_lock);
+    return used;
 }
 
 static struct dion__devh *dion__devh_of(dion_comm_t c, const dion_dev_t *dev, const char *fn)

@@ -9,6 +9,7 @@
 #include "transports/p2p/p2p.h"
 
 struct dion_win {
+    struct dion_win *next; /* the comm's list, registration order */
     dion_comm_t comm;
     uint32_t id;
     int owns;      /* allocated by dion_win_alloc */
@@ -19,7 +20,35 @@ struct dion_win {
     dion__mem_import_t *imports;  /* [nranks] */
     struct dion_win_dev *table;   /* what dion_win_device returns */
     int table_kind;               /* 0 malloc, 1 cudaMalloc, 2 cudaHostAlloc */
+    uint32_t flags;               /* the table's flags */
+    char *bases[DION_DEV_INLINE_PEERS]; /* the first ranks' mapped bases, for device handles' slots */
 };
+
+void dion__win_fill_slots(dion_comm_t c, struct dion_dev_win_slot *slots, int max)
+{
+    int k = 0;
+    for (struct dion_win *w = c->wins; w && k < max; w = w->next, k++) {
+        slots[k].win = w->table;
+        slots[k].flags = w->flags;
+        for (int r = 0; r < DION_DEV_INLINE_PEERS; r++) slots[k].base[r] = w->bases[r];
+    }
+}
+
+static void dion__table_free(void *t, int kind)
+{
+    if (kind == 1) cudaFree(t);
+    else if (kind == 2) cudaFreeHost(t);
+    else free(t);
+}
+
+void dion__win_free_zombies(dion_comm_t c)
+{
+    /* stored as (table, kind) pairs */
+    for (int i = 0; i < c->nzombies; i += 2) dion__table_free(c->zombie_tables[i], (int)(intptr_t)c->zombie_tables[i + 1]);
+    free(c->zombie_tables);
+    c->zombie_tables = NULL;
+    c->nzombies = 0;
+}
 
 static size_t dion__win_table_bytes(int nranks)
 {
@@ -62,9 +91,18 @@ static void dion__win_free(struct dion_win *w)
     if (w->imports)
         for (int r = 0; r < w->comm->nranks; r++) dion__p2p_unmap(&w->imports[r]);
     if (w->table) {
-        if (w->table_kind == 1) cudaFree(w->table);
-        else if (w->table_kind == 2) cudaFreeHost(w->table);
-        else free(w->table);
+        /* A device handle may name this table in a slot: freeing it could let a later window reuse the address
+         * and be mistaken for this one. Such tables live on until the comm is destroyed. */
+        void **z = dion__dev_slot_uses(w->comm, w->table)
+                       ? realloc(w->comm->zombie_tables, sizeof(void *) * (size_t)(w->comm->nzombies + 2))
+                       : NULL;
+        if (z) {
+            w->comm->zombie_tables = z;
+            z[w->comm->nzombies++] = w->table;
+            z[w->comm->nzombies++] = (void *)(intptr_t)w->table_kind;
+        } else {
+            dion__table_free(w->table, w->table_kind);
+        }
     }
     free(w->imports);
     free(w->sizes);
@@ -149,6 +187,8 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
         tab->nranks = n;
         tab->id = w->id = c->next_win_id;
         if (st == DION_SUCCESS) st = dion__win_publish(w, tab, any_host);
+        w->flags = tab->flags;
+        for (int r = 0; r < n && r < DION_DEV_INLINE_PEERS; r++) w->bases[r] = tab->peer[r].base;
         ag = dion__agree(c, st, "mapping the window");
     }
     for (int r = 0; r < n; r++)
@@ -164,6 +204,9 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
     }
     c->next_win_id++;
     c->live_windows++;
+    struct dion_win **tail = &c->wins;
+    while (*tail) tail = &(*tail)->next;
+    *tail = w;
     if (w->on_host) c->host_windows++;
     *out = w;
     return DION_SUCCESS;
@@ -229,9 +272,12 @@ dion_status_t dion_win_destroy(dion_win_t w)
     pthread_mutex_lock(&c->lock);
     /* Nobody may still use this rank's memory once it is freed: wait for every rank to get here. */
     dion_status_t st = dion__boot_barrier(c->boot);
-    pthread_mutex_unlock(&c->lock);
     c->live_windows--;
     if (w->on_host) c->host_windows--;
+    struct dion_win **pp = &c->wins;
+    while (*pp && *pp != w) pp = &(*pp)->next;
+    if (*pp) *pp = w->next;
+    pthread_mutex_unlock(&c->lock);
     if (w->owns && w->base) {
         if (w->on_host) dion__host_free(w->base);
         else cudaFree(w->base);

@@ -54,7 +54,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
             !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT, peer, lead))
             return;
     }
-    dion__p2p_put(dst, peer, dst_off, src, c.dev.rank, src_off, bytes, r, n);
+    dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
     dion__group_sync(g);
     if (r == 0) {
         DION__STAT(&c, puts, 1);
@@ -110,7 +110,7 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
             !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT_SIGNAL, peer, lead))
             return;
     }
-    dion__p2p_put(dst, peer, dst_off, src, c.dev.rank, src_off, bytes, r, n);
+    dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
     /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
     dion__group_sync(g);
     if (r == 0) {
@@ -232,7 +232,8 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
             !dion__check_range(&c, dst, c.dev.rank, dst_off, bytes, 1, DION_OP_GET, peer, lead))
             return;
     }
-    dion__copy(dion__win_peer(dst, c.dev.rank)->base + dst_off, dion__win_peer(src, peer)->base + src_off, bytes, r, n);
+    dion__copy(dion__win_base(&c.dev, dst, c.dev.rank) + dst_off, dion__win_base(&c.dev, src, peer) + src_off, bytes, r,
+               n);
     dion__group_sync(g);
     if (r == 0) {
         DION__STAT(&c, gets, 1);
@@ -271,7 +272,7 @@ DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, 
 {
     if (dion__check_enabled(&c) && !dion__check_atomic(&c, win, peer, off, DION_OP_FETCH_ADD)) return 0;
     DION__STAT(&c, atomics, 1);
-    return dion__p2p_fetch_add(win, peer, off, value, dion__p2p_scope(&c, peer, win));
+    return dion__p2p_fetch_add(&c.dev, win, peer, off, value, dion__p2p_scope(&c, peer, win));
 }
 
 DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int peer, size_t off, uint64_t expected,
@@ -279,7 +280,7 @@ DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int pee
 {
     if (dion__check_enabled(&c) && !dion__check_atomic(&c, win, peer, off, DION_OP_COMPARE_SWAP)) return 0;
     DION__STAT(&c, atomics, 1);
-    return dion__p2p_compare_swap(win, peer, off, expected, desired, dion__p2p_scope(&c, peer, win));
+    return dion__p2p_compare_swap(&c.dev, win, peer, off, expected, desired, dion__p2p_scope(&c, peer, win));
 }
 
 #endif /* DION_DEVICE_CUH */

@@ -147,6 +147,16 @@ struct dion_dev_errors {
  * from the parameter (constant) bank, which the L1 invalidation of an acquire does not touch. */
 #define DION_DEV_INLINE_PEERS 8
 
+/* Windows that existed when the handle was made (the first DION_DEV_WIN_SLOTS) are described inside it too, so
+ * that kernels find their bases without a table load; later windows work through their table. */
+#define DION_DEV_WIN_SLOTS 4
+struct dion_dev_win_slot {
+    dion_dwin_t win; /* NULL: slot unused */
+    uint32_t flags;
+    uint32_t pad;
+    char *base[DION_DEV_INLINE_PEERS];
+};
+
 /* The device handle: a plain struct passed to kernels by value. */
 typedef struct dion_dev {
     int32_t rank;
@@ -163,6 +173,7 @@ typedef struct dion_dev {
     dion_ctx_stats_t *stats;       /* [num_contexts], NULL unless DION_STATS=1 */
     void *host;                    /* host-side bookkeeping; opaque to device code */
     struct dion_dev_peer peer_inline[DION_DEV_INLINE_PEERS]; /* copies of peers[0..7] */
+    struct dion_dev_win_slot win_slot[DION_DEV_WIN_SLOTS];
 } dion_dev_t;
 
 /* A context: an ordered lane of operations, obtained with dion_ctx(dev, index). */
