@@ -10,7 +10,7 @@
 /* Scope an operation on peer's part of window w needs: the peer's, widened to system for host memory. */
 DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
 {
-    return dion__peer(&c->dev, peer).scope |
+    return dion__peer_scope(&c->dev, peer) |
            ((dion__win_flags(&c->dev, w) & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
 }
 
@@ -33,7 +33,7 @@ DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_
 DION_HD void dion__p2p_signal(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value,
                               uint32_t scope)
 {
-    uint64_t *word = dion__peer(&c->dev, peer).signals + sig;
+    uint64_t *word = dion__peer_signals(&c->dev, peer) + sig;
     /* Release: the target sees the new value only after everything this thread (and what it synchronized
      * with) wrote before. The relaxed forms order nothing and skip the fence. */
     switch (op) {

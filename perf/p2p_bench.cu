@@ -60,14 +60,17 @@ static __device__ __forceinline__ void ref_wait(const uint64_t *p, uint64_t v, i
         }
 }
 
-/* Ping-pong between ranks 0 and 1 on signal 0. Values continue from base so that runs never see stale ones. */
-__global__ void __launch_bounds__(1024, 1) pingpong(dion_dev_t dev, dion_dwin_t win, size_t bytes, int op, int iters, int warmup, uint64_t base,
-                         unsigned long long *out, char *param_dst, char *param_src)
+/* Ping-pong between ranks 0 and 1 on signal 0. Values continue from base so that runs never see stale ones.
+ * One kernel per operation (template), so that no variant pays for the registers of another. */
+template <int op>
+__global__ void __launch_bounds__(op == OP_PS_BLOCK ? 1024 : 32, 1)
+    pingpong(dion_dev_t dev, dion_dwin_t win, size_t bytes, int iters, int warmup, uint64_t base,
+             unsigned long long *out, char *param_dst, char *param_src)
 {
     dion_ctx_t c = dion_ctx(dev, 0);
     const int me = dev.rank, peer = me ^ 1, initiator = me == 0;
     const uint32_t tid = threadIdx.x, scope = dion__dev_scope(&dev);
-    uint64_t *mysig = dev.signals, *peersig = dion__peer(&dev, peer).signals;
+    uint64_t *mysig = dev.signals, *peersig = dion__peer_signals(&dev, peer);
     uint64_t t0 = 0;
     for (int i = 1; i <= warmup + iters; i++) {
         uint64_t v = base + (uint64_t)i;
@@ -145,6 +148,31 @@ __global__ void __launch_bounds__(1024, 1) pingpong(dion_dev_t dev, dion_dwin_t 
         }
     }
     if (tid == 0 && initiator) out[0] = bench_now() - t0;
+}
+
+static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win, size_t bytes, int iters, int warmup,
+                            uint64_t base, unsigned long long *out, char *pdst, char *psrc)
+{
+#define PP_CASE(o)                                                                                           \
+    case o: pingpong<o><<<1, threads>>>(dev, win, bytes, iters, warmup, base, out, pdst, psrc); break
+    switch (op) {
+        PP_CASE(OP_SIGNAL);
+        PP_CASE(OP_PS_THREAD);
+        PP_CASE(OP_PS_WARP);
+        PP_CASE(OP_PS_BLOCK);
+        PP_CASE(REF_VOLATILE);
+        PP_CASE(REF_RELAXED);
+        PP_CASE(REF_RELEASE);
+        PP_CASE(REF_PS_UNORDERED);
+        PP_CASE(REF_PS_TABLE);
+        PP_CASE(REF_PS_TABLE_NC);
+        PP_CASE(REF_PS_PARAM);
+        PP_CASE(OP_SIGNAL_RELAXED);
+        PP_CASE(REF_PS_LIBWAIT);
+        PP_CASE(REF_PS_LIBSIGNAL);
+        PP_CASE(REF_PS_LIBPUT);
+    }
+#undef PP_CASE
 }
 
 /* Put bandwidth: the blocks split total bytes into chunks, each a dion_put_block; then each block quiets. */
@@ -324,8 +352,8 @@ int main(int argc, char **argv)
         BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
         OK(dion_comm_barrier(comm));
         if (active) {
-            pingpong<<<1, pc.threads>>>(dev, dwin, (size_t)pc.bytes, pc.op, iters, warmup, base_value, out,
-                                        peer_base_of(dwin, peer), base);
+            launch_pingpong(pc.op, pc.threads, dev, dwin, (size_t)pc.bytes, iters, warmup, base_value, out,
+                            peer_base_of(dwin, peer), base);
             BENCH_CHECK_CUDA(cudaDeviceSynchronize());
         }
         base_value += (uint64_t)(iters + warmup);

@@ -144,7 +144,7 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
 {
     if (dion__check_enabled(&c) && !dion__check_signal_args(&c, peer, sig, op, DION_OP_SIGNAL, 1)) return;
     /* Signal tables live in device memory (or shared memory in CPU mode): the peer's scope is enough. */
-    dion__p2p_signal(&c, peer, sig, op, value, dion__peer(&c.dev, peer).scope | dion__dev_scope(&c.dev));
+    dion__p2p_signal(&c, peer, sig, op, value, dion__peer_scope(&c.dev, peer) | dion__dev_scope(&c.dev));
     DION__STAT(&c, signals, 1);
 }
 
@@ -210,8 +210,7 @@ DION_HD dion_status_t dion_barrier(dion_ctx_t c)
     uint32_t word = d->num_signals + dion__barrier_word(d, c.index);
     for (int p = 0; p < d->nranks; p++) {
         if (p == d->rank) continue;
-        struct dion_dev_peer pe = dion__peer(d, p);
-        dion__red_add_release(pe.signals + word, 1, pe.scope | dion__dev_scope(d));
+        dion__red_add_release(dion__peer_signals(d, p) + word, 1, dion__peer_scope(d, p) | dion__dev_scope(d));
     }
     st = dion__wait_word(&c, d->signals + word, DION_CMP_GE, epoch * (uint64_t)(d->nranks - 1), NULL,
                          DION_OP_BARRIER, word);

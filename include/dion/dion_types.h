@@ -97,7 +97,10 @@ typedef struct dion_win_dev *dion_dwin_t;
 
 /* Per-peer entry of the device handle. */
 struct dion_dev_peer {
-    uint64_t *signals;  /* the peer's signal table, mapped; NULL when not reachable */
+    union {
+        uint64_t *signals; /* the peer's signal table, mapped; NULL when not reachable */
+        uint64_t signals_u;
+    };
     uint32_t transport; /* dion_transport_t */
     uint32_t scope;     /* dion_scope_t */
 };
@@ -154,7 +157,10 @@ struct dion_dev_win_slot {
     dion_dwin_t win; /* NULL: slot unused */
     uint32_t flags;
     uint32_t pad;
-    char *base[DION_DEV_INLINE_PEERS];
+    union {
+        char *base[DION_DEV_INLINE_PEERS];
+        uint64_t base_u[DION_DEV_INLINE_PEERS];
+    };
 };
 
 /* The device handle: a plain struct passed to kernels by value. */
