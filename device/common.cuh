@@ -278,28 +278,32 @@ DION_HD void dion__copy(char *dst, const char *src, size_t n, uint32_t r, uint32
     return;
 #else
     uintptr_t diff = (uintptr_t)dst ^ (uintptr_t)src;
-    if (g == 1 && n <= 16) { /* small puts from one thread: a store or two, no loop set-up */
-        if ((diff & 7) == 0) {
-            dion__copy_edge(dst, src, n);
-        } else {
-            for (size_t i = 0; i < n; i++) dst[i] = src[i];
+    if (n <= 16) { /* a few bytes: the leader alone, a store or two, no loop set-up or cross-warp hand-off */
+        if (r == 0) {
+            if ((diff & 7) == 0) {
+                dion__copy_edge(dst, src, n);
+            } else {
+                for (size_t i = 0; i < n; i++) dst[i] = src[i];
+            }
         }
         return;
     }
-    size_t w = (diff & 15) == 0 ? 16 : (diff & 7) == 0 ? 8 : (diff & 3) == 0 ? 4 : (diff & 1) == 0 ? 2 : 1;
+    /* widest access width both pointers allow, as a shift: a 64-bit division would cost more than the copy */
+    unsigned shift = (diff & 15) == 0 ? 4 : (diff & 7) == 0 ? 3 : (diff & 3) == 0 ? 2 : (diff & 1) == 0 ? 1 : 0;
+    size_t w = (size_t)1 << shift;
     size_t head = (w - ((uintptr_t)dst & (w - 1))) & (w - 1);
     if (head > n) head = n;
-    size_t body = (n - head) / w, tail = n - head - body * w;
+    size_t body = (n - head) >> shift, tail = n - head - (body << shift);
     /* head by the leader, tail by the last thread: they never overlap the body */
     if (r == 0 && head) dion__copy_edge(dst, src, head);
     if (r == g - 1 && tail) dion__copy_edge(dst + n - tail, src + n - tail, tail);
     char *d = dst + head;
     const char *s = src + head;
-    switch (w) {
-    case 16: dion__copy_body_16((dion__v16_t *)d, (const dion__v16_t *)s, body, r, g); break;
-    case 8: dion__copy_body_8((uint64_t *)d, (const uint64_t *)s, body, r, g); break;
-    case 4: dion__copy_body_4((uint32_t *)d, (const uint32_t *)s, body, r, g); break;
-    case 2: dion__copy_body_2((uint16_t *)d, (const uint16_t *)s, body, r, g); break;
+    switch (shift) {
+    case 4: dion__copy_body_16((dion__v16_t *)d, (const dion__v16_t *)s, body, r, g); break;
+    case 3: dion__copy_body_8((uint64_t *)d, (const uint64_t *)s, body, r, g); break;
+    case 2: dion__copy_body_4((uint32_t *)d, (const uint32_t *)s, body, r, g); break;
+    case 1: dion__copy_body_2((uint16_t *)d, (const uint16_t *)s, body, r, g); break;
     default: dion__copy_body_1((uint8_t *)d, (const uint8_t *)s, body, r, g); break;
     }
 #endif

@@ -193,9 +193,10 @@ __global__ void ref_copy_bw(const int4 *src, int4 *dst, size_t n16)
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) dst[i] = src[i];
 }
 
-/* put + quiet, one after another: completion latency. group 0 thread, 2 block. */
-__global__ void __launch_bounds__(1024, 1) completion(dion_dev_t dev, dion_dwin_t win, size_t bytes, int group, int iters, int warmup,
-                           unsigned long long *out)
+/* put + quiet, one after another: completion latency. group 0 thread, 2 block (one kernel each). */
+template <int group>
+__global__ void __launch_bounds__(group == 2 ? 1024 : 32, 1)
+    completion(dion_dev_t dev, dion_dwin_t win, size_t bytes, int iters, int warmup, unsigned long long *out)
 {
     dion_ctx_t c = dion_ctx(dev, 0);
     uint64_t t0 = 0;
@@ -424,7 +425,8 @@ int main(int argc, char **argv)
                 int iters = b >= 65536 ? o.iters / 10 : o.iters;
                 OK(dion_comm_barrier(comm));
                 if (rank_ == 0) {
-                    completion<<<1, group == 2 ? 1024 : 1>>>(dev, dwin, (size_t)b, group, iters, iters / 10, out);
+                    if (group == 2) completion<2><<<1, 1024>>>(dev, dwin, (size_t)b, iters, iters / 10, out);
+                    else completion<0><<<1, 1>>>(dev, dwin, (size_t)b, iters, iters / 10, out);
                     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
                     unsigned long long t;
                     BENCH_CHECK_CUDA(cudaMemcpy(&t, out, 8, cudaMemcpyDeviceToHost));
