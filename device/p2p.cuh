@@ -7,6 +7,10 @@
 #include "dion/device/common.cuh"
 #include "dion/device/tma.cuh"
 
+#ifndef DION__BLOCK_BASES_FROM_TABLE
+#define DION__BLOCK_BASES_FROM_TABLE 0
+#endif
+
 /* Scope an operation on peer's part of window w needs: the peer's, widened to system for host memory. */
 DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
 {
@@ -17,8 +21,20 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
 DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                            size_t src_off, size_t bytes, uint32_t r, uint32_t g, dion__group_t kind)
 {
-    char *to = dion__win_base(d, dst, peer) + dst_off;
-    const char *from = dion__win_base(d, src, d->rank) + src_off;
+    char *to;
+    const char *from;
+#if DION__BLOCK_BASES_FROM_TABLE
+    /* A block's 32 warps would each run the selection from the handle's slots; one broadcast load of the
+     * table costs them a single instruction each. */
+    if (kind == DION__BLOCK) {
+        to = dion__win_peer(dst, peer)->base + dst_off;
+        from = dion__win_peer(src, d->rank)->base + src_off;
+    } else
+#endif
+    {
+        to = dion__win_base(d, dst, peer) + dst_off;
+        from = dion__win_base(d, src, d->rank) + src_off;
+    }
 #if DION__TMA
     /* large block copies between GPU windows go through the bulk engine when the kernel opted in */
     if (kind == DION__BLOCK && !((dion__win_flags(d, dst) | dion__win_flags(d, src)) & DION_WIN_HOST) &&

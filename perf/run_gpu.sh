@@ -44,6 +44,8 @@ fi
 if want variants; then # the cooperative copy with 8 loads in flight per thread instead of 4
   CUDA_VISIBLE_DEVICES=0 run bench_dion_1gpu_u8 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench_u8 \
     --tests put_signal,put_bw,completion --csv "$OUT/variants.csv" --label 1gpu-mps-u8
+  CUDA_VISIBLE_DEVICES=0 run bench_dion_1gpu_btab 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench_btab \
+    --tests put_signal,completion --csv "$OUT/variants.csv" --label 1gpu-mps-btab
   CUDA_VISIBLE_DEVICES=0 run bench_dion_1gpu_tma 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench_tma \
     --tests put_signal,put_bw,completion --csv "$OUT/variants.csv" --label 1gpu-mps-tma
 fi

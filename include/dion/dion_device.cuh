@@ -110,15 +110,14 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
             !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT_SIGNAL, peer, lead))
             return;
     }
-    /* Where and how to signal is worked out before the copy, so that after the group meets only the release
-     * itself stands between the data and the signal. */
-    uint64_t *word = dion__peer_signals(&c.dev, peer) + sig;
-    uint32_t scope = dion__p2p_scope(&c, peer, dst);
     dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
     /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
     dion__group_sync(g);
     if (r == 0) {
-        /* the data must precede the signal whatever the op says: put_signal always releases */
+        /* The data must precede the signal whatever the op says: put_signal always releases. Only the leader
+         * works out where to signal: in a block every instruction that all threads run costs 32 warps' issue. */
+        uint64_t *word = dion__peer_signals(&c.dev, peer) + sig;
+        uint32_t scope = dion__p2p_scope(&c, peer, dst);
         if ((uint32_t)op & 1u)
             dion__red_add_release(word, value, scope);
         else
