@@ -294,9 +294,9 @@ DION_HD void dion__copy(char *dst, const char *src, size_t n, uint32_t r, uint32
     size_t head = (w - ((uintptr_t)dst & (w - 1))) & (w - 1);
     if (head > n) head = n;
     size_t body = (n - head) >> shift, tail = n - head - (body << shift);
-    /* head by the leader, tail by the last thread: they never overlap the body */
+    /* head and tail by the leader: they never overlap the body */
     if (r == 0 && head) dion__copy_edge(dst, src, head);
-    if (r == g - 1 && tail) dion__copy_edge(dst + n - tail, src + n - tail, tail);
+    if (r == 0 && tail) dion__copy_edge(dst + n - tail, src + n - tail, tail);
     char *d = dst + head;
     const char *s = src + head;
     switch (shift) {

@@ -21,6 +21,15 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
 DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                            size_t src_off, size_t bytes, uint32_t r, uint32_t g, dion__group_t kind)
 {
+    /* Threads of a group that will have no part of the copy leave before selecting any base: with 16-byte
+     * congruent offsets into windows whose bases are all 16-byte aligned, only the first ceil(bytes/16)
+     * threads get a 16-byte element (the leader also copies the head and the tail). In a block the others
+     * would otherwise spend 32 warps' issue slots on work nobody uses. */
+#if DION__GPU /* CPU mode splits copies into contiguous slices instead */
+    if (r != 0 && (size_t)r * 16 >= bytes && ((dst_off ^ src_off) & 15) == 0 &&
+        (dion__win_flags(d, dst) & dion__win_flags(d, src) & DION_WIN_ALIGN16))
+        return;
+#endif
     char *to;
     const char *from;
 #if DION__BLOCK_BASES_FROM_TABLE

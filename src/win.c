@@ -184,6 +184,10 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
         w->on_host = descs[c->rank].kind == DION__MEM_HOST_FD;
         tab->magic = DION_WIN_MAGIC;
         tab->flags = any_host ? DION_WIN_HOST : 0;
+        int align16 = 1;
+        for (int r = 0; r < n; r++)
+            if ((uintptr_t)tab->peer[r].base & 15) align16 = 0;
+        if (align16) tab->flags |= DION_WIN_ALIGN16;
         tab->nranks = n;
         tab->id = w->id = c->next_win_id;
         if (st == DION_SUCCESS) st = dion__win_publish(w, tab, any_host);

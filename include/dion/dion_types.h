@@ -84,6 +84,7 @@ struct dion_win_peer {
 
 #define DION_WIN_MAGIC 0x4e495744u /* "DWIN" */
 #define DION_WIN_HOST 0x1u         /* window lives in host memory (CPU mode, or pinned host) */
+#define DION_WIN_ALIGN16 0x2u      /* every rank's base (as mapped here) is 16-byte aligned */
 
 /* Device-side window descriptor; dion_win_device() returns a pointer the device (or CPU mode) can read. */
 struct dion_win_dev {

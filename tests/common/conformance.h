@@ -172,6 +172,49 @@ static void dt_test_puts(dion_win_t win, char *base, int rounds, uint64_t max_by
     dt_free(result);
 }
 
+/* The boundaries the random draws may miss: every size around the vector widths and group sizes, for each
+ * group, with source and destination offsets congruent modulo 16, 8 or 4, and not congruent at all. */
+static void dt_test_small_puts(dion_win_t win, char *base)
+{
+    static const uint64_t sizes[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129,
+                                     255, 256, 257, 511, 512, 513, 640, 1000, 1023, 1024, 1025, 4097, 16383, 16385};
+    static const uint64_t skews[] = {0, 8, 4, 3};
+    int next = (dt_rank + 1) % dt_n, prev = (dt_rank + dt_n - 1) % dt_n;
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    uint8_t *host = (uint8_t *)malloc(32768);
+    static uint64_t signals; /* signal 1 is this test's own and keeps counting across calls */
+    uint64_t round = 5000;
+    for (int group = 0; group < 3; group++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++, round++) {
+            uint64_t bytes = sizes[k], skew = skews[(k + (size_t)group) % 4];
+            uint64_t src_off = 4096 + 16 * k + skew, dst_off = DT_PUT_HALF + 4096 + 48 * k;
+            for (uint64_t i = 0; i < bytes; i++) host[i] = dt_byte(dt_rank, round, i);
+            dt_put(base + src_off, host, bytes);
+            memset(host, 0xa5, bytes + 128);
+            dt_put(base + dst_off - 64, host, bytes + 128);
+            DT_OK(dion_comm_barrier(dt_comm));
+            dt_put_args_t a = {dt_dev, dion_win_device(win), next, src_off, dst_off, bytes, group, (int)(k & 1), 1,
+                               ++signals, result};
+            if (DT_LAUNCH(dt_put_kernel, 1, group == 2 ? DT_BLOCK : 32, &a)) DT_FAIL("launch failed");
+            dt_get(host, base + dst_off - 64, bytes + 128);
+            for (uint64_t i = 0; i < 64; i++)
+                if (host[i] != 0xa5 || host[64 + bytes + i] != 0xa5) {
+                    DT_FAIL("small put (group %d, %llu bytes, skew %llu): a byte outside the range changed", group,
+                            (unsigned long long)bytes, (unsigned long long)skew);
+                    break;
+                }
+            for (uint64_t i = 0; i < bytes; i++)
+                if (host[64 + i] != dt_byte(prev, round, i)) {
+                    DT_FAIL("small put (group %d, %llu bytes, skew %llu): byte %llu wrong", group,
+                            (unsigned long long)bytes, (unsigned long long)skew, (unsigned long long)i);
+                    break;
+                }
+            DT_OK(dion_comm_barrier(dt_comm));
+        }
+    free(host);
+    dt_free(result);
+}
+
 /* ================================================================================================ */
 /* 2. Signals: SET and ADD, every comparison, signal_read.                                             */
 
@@ -798,6 +841,7 @@ static int dt_main(int argc, char **argv)
     } while (0)
     if (!strcmp(mode, "all")) {
         DT_RUN("signals: SET, ADD, six comparisons, signal_read", dt_test_signals());
+        DT_RUN("puts: every size around the vector and group widths, four alignments", dt_test_small_puts(win, (char *)base));
         DT_RUN("puts: random sizes and unaligned offsets, thread/warp/block", dt_test_puts(win, (char *)base, DT_PUT_ROUNDS, 4u << 20, DT_PUT_HALF));
         DT_RUN("put_signal stream of 10000 with data checks", dt_test_stream(win, 10000));
         DT_RUN("atomics: fetch-add totals, CAS increments", dt_test_atomics(win, (char *)base, DT_ATOMIC_THREADS, 200, 20));
