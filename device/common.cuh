@@ -46,35 +46,22 @@ DION_HD uint32_t dion__peer_transport(const dion_dev_t *d, int peer)
     return d->peers[peer].transport;
 }
 
-/* The same choice by a tree of branches: a block's 32 warps each run its few uniform compares, where they
- * would each run all the masks; one thread alone prefers the masks (no chain of dependent branches). */
-#define DION__PICK8_BRANCH(arr, i)                                                                            \
-    ((i) < 4 ? ((i) < 2 ? ((i) == 0 ? (arr)[0] : (arr)[1]) : ((i) == 2 ? (arr)[2] : (arr)[3]))                 \
-             : ((i) < 6 ? ((i) == 4 ? (arr)[4] : (arr)[5]) : ((i) == 6 ? (arr)[6] : (arr)[7])))
-
-#define DION__SLOT_BASE(d, k, rank, many)                                                                     \
-    ((char *)(uintptr_t)((many) ? DION__PICK8_BRANCH((d)->win_slot[k].base_u, rank)                           \
-                                : DION__PICK8((d)->win_slot[k].base_u, rank, )))
-
 /* rank's base of window w: from the handle's window slots when w has one (no memory load on the GPU),
- * else from w's table. many: the caller is one of many warps (block variants). */
-DION_HD char *dion__win_base_for(const dion_dev_t *d, dion_dwin_t w, int rank, int many)
+ * else from w's table. */
+DION_HD char *dion__win_base(const dion_dev_t *d, dion_dwin_t w, int rank)
 {
 #if DION__GPU
     if ((unsigned)rank < DION_DEV_INLINE_PEERS) {
-        if (w == d->win_slot[0].win) return DION__SLOT_BASE(d, 0, rank, many);
-        if (w == d->win_slot[1].win) return DION__SLOT_BASE(d, 1, rank, many);
-        if (w == d->win_slot[2].win) return DION__SLOT_BASE(d, 2, rank, many);
-        if (w == d->win_slot[3].win) return DION__SLOT_BASE(d, 3, rank, many);
+        if (w == d->win_slot[0].win) return (char *)(uintptr_t)DION__PICK8(d->win_slot[0].base_u, rank, );
+        if (w == d->win_slot[1].win) return (char *)(uintptr_t)DION__PICK8(d->win_slot[1].base_u, rank, );
+        if (w == d->win_slot[2].win) return (char *)(uintptr_t)DION__PICK8(d->win_slot[2].base_u, rank, );
+        if (w == d->win_slot[3].win) return (char *)(uintptr_t)DION__PICK8(d->win_slot[3].base_u, rank, );
     }
 #else
     (void)d;
-    (void)many;
 #endif
     return dion__win_peer(w, rank)->base;
 }
-
-DION_HD char *dion__win_base(const dion_dev_t *d, dion_dwin_t w, int rank) { return dion__win_base_for(d, w, rank, 0); }
 
 DION_HD uint32_t dion__win_flags(const dion_dev_t *d, dion_dwin_t w)
 {

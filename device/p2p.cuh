@@ -41,8 +41,8 @@ DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_
     } else
 #endif
     {
-        to = dion__win_base_for(d, dst, peer, kind == DION__BLOCK) + dst_off;
-        from = dion__win_base_for(d, src, d->rank, kind == DION__BLOCK) + src_off;
+        to = dion__win_base(d, dst, peer) + dst_off;
+        from = dion__win_base(d, src, d->rank) + src_off;
     }
 #if DION__TMA
     /* large block copies between GPU windows go through the bulk engine when the kernel opted in */
