@@ -267,16 +267,10 @@ DION__COPY_BODY(uint16_t, 2)
 DION__COPY_BODY(uint8_t, 1)
 #undef DION__COPY_BODY
 
-/* Copies n bytes; thread r of a group of g. The caller synchronizes the group afterwards if it needs to. */
-DION_HD void dion__copy(char *dst, const char *src, size_t n, uint32_t r, uint32_t g)
+/* The GPU's cooperative copy: thread r of a group of g copies its share of n bytes. Compiled for the CPU too,
+ * so that unit tests check it on every size and alignment (tests/unit/test_core.c). */
+DION_HD void dion__copy_vec(char *dst, const char *src, size_t n, uint32_t r, uint32_t g)
 {
-    if (n == 0) return;
-#if !DION__GPU
-    /* CPU mode: contiguous slices, one memcpy each. */
-    size_t part = (n + g - 1) / g, lo = (size_t)r * part;
-    if (lo < n) memcpy(dst + lo, src + lo, n - lo < part ? n - lo : part);
-    return;
-#else
     uintptr_t diff = (uintptr_t)dst ^ (uintptr_t)src;
     if (n <= 16) { /* a few bytes: the leader alone, a store or two, no loop set-up or cross-warp hand-off */
         if (r == 0) {
@@ -306,6 +300,19 @@ DION_HD void dion__copy(char *dst, const char *src, size_t n, uint32_t r, uint32
     case 1: dion__copy_body_2((uint16_t *)d, (const uint16_t *)s, body, r, g); break;
     default: dion__copy_body_1((uint8_t *)d, (const uint8_t *)s, body, r, g); break;
     }
+}
+
+/* Copies n bytes; thread r of a group of g. The caller synchronizes the group afterwards if it needs to. */
+DION_HD void dion__copy(char *dst, const char *src, size_t n, uint32_t r, uint32_t g)
+{
+    if (n == 0) return;
+#if DION__GPU
+    dion__copy_vec(dst, src, n, r, g);
+#else
+    /* CPU mode: contiguous slices, one memcpy each (the threads of a group run one after another on few cores,
+     * so interleaved elements would only add work). */
+    size_t part = (n + g - 1) / g, lo = (size_t)r * part;
+    if (lo < n) memcpy(dst + lo, src + lo, n - lo < part ? n - lo : part);
 #endif
 }
 

@@ -751,12 +751,22 @@ static int dt_runner_init(void);
 static int dt_one_rank_per_gpu(int nranks);
 static int dt_peerfail(int n)
 {
+    /* Children are forked before the parent starts the bootstrap root's thread (forking a process with running
+     * threads can leave locks held in the child); the id reaches them through a pipe. */
     dion_unique_id_t id;
-    DT_OK(dion_get_unique_id(&id));
     pid_t *pids = (pid_t *)calloc((size_t)n, sizeof *pids);
+    int fds[2];
+    if (pipe(fds) != 0) return 1;
     for (int r = 0; r < n; r++) {
         pids[r] = fork();
         if (pids[r] != 0) continue;
+        close(fds[1]);
+        size_t got = 0;
+        while (got < sizeof id) {
+            ssize_t k = read(fds[0], (char *)&id + got, sizeof id - got);
+            if (k <= 0) _exit(3);
+            got += (size_t)k;
+        }
         dt_rank = r;
         dt_n = n;
         int rc = dt_runner_init();
@@ -789,6 +799,11 @@ static int dt_peerfail(int n)
         fflush(stdout);
         _exit(dt_failures ? 1 : 0);
     }
+    close(fds[0]);
+    DT_OK(dion_get_unique_id(&id));
+    for (int r = 0; r < n; r++)
+        if (write(fds[1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
+    close(fds[1]);
     int bad = 0;
     for (int r = 0; r < n; r++) {
         int status = 0;

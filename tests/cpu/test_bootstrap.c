@@ -77,18 +77,43 @@ static void workout(dion_comm_t comm, int barriers)
     free(counts);
 }
 
-/* Forks n ranks that run fn(rank); returns the number that failed. */
-static int run_ranks(int n, void (*fn)(int rank, void *arg), void *arg, int *codes)
+typedef struct {
+    dion_unique_id_t id;
+    int n;
+    int barriers;
+} uid_job_t;
+
+/* Forks n ranks that run fn(rank, job) and returns how many failed. The children are forked before the parent
+ * starts any thread (the bootstrap root, a fuzzer): forking a process with running threads can leave locks
+ * held in the child (seen with AddressSanitizer's allocator). prepare() then runs in the parent and must fill
+ * job->id, which reaches the children through pipes. */
+static int run_ranks(int n, void (*fn)(int rank, void *arg), uid_job_t *job, void (*prepare)(uid_job_t *),
+                     int *codes)
 {
     pid_t *pids = calloc((size_t)n, sizeof *pids);
+    int(*pipes)[2] = calloc((size_t)n, sizeof *pipes);
     for (int r = 0; r < n; r++) {
+        if (pipe(pipes[r]) != 0) FAIL("pipe: %s", strerror(errno));
         pids[r] = fork();
         if (pids[r] < 0) FAIL("fork: %s", strerror(errno));
         if (pids[r] == 0) {
-            fn(r, arg);
+            close(pipes[r][1]);
+            size_t got = 0;
+            while (got < sizeof job->id) {
+                ssize_t k = read(pipes[r][0], (char *)&job->id + got, sizeof job->id - got);
+                if (k <= 0) _exit(3);
+                got += (size_t)k;
+            }
+            fn(r, job);
             fflush(stdout);
             _exit(0);
         }
+        close(pipes[r][0]);
+    }
+    prepare(job);
+    for (int r = 0; r < n; r++) {
+        if (write(pipes[r][1], &job->id, sizeof job->id) != (ssize_t)sizeof job->id) FAIL("write to rank %d", r);
+        close(pipes[r][1]);
     }
     int failed = 0;
     for (int r = 0; r < n; r++) {
@@ -99,14 +124,11 @@ static int run_ranks(int n, void (*fn)(int rank, void *arg), void *arg, int *cod
         if (code != 0) failed++;
     }
     free(pids);
+    free(pipes);
     return failed;
 }
 
-typedef struct {
-    dion_unique_id_t id;
-    int n;
-    int barriers;
-} uid_job_t;
+static void make_id(uid_job_t *j) { CHECK_OK(dion_get_unique_id(&j->id)); }
 
 static void uid_rank(int rank, void *arg)
 {
@@ -121,8 +143,7 @@ static void uid_rank(int rank, void *arg)
 static int mode_uid(int n)
 {
     uid_job_t j = {.n = n, .barriers = 1000};
-    CHECK_OK(dion_get_unique_id(&j.id));
-    if (run_ranks(n, uid_rank, &j, NULL)) FAIL("unique-id bootstrap with %d ranks failed", n);
+    if (run_ranks(n, uid_rank, &j, make_id, NULL)) FAIL("unique-id bootstrap with %d ranks failed", n);
     printf("uid %d ranks: ok\n", n);
     return 0;
 }
@@ -158,10 +179,9 @@ static int mode_secret(void)
 {
     setenv("DION_BOOTSTRAP_TIMEOUT", "20s", 1);
     uid_job_t j = {.n = 3, .barriers = 10};
-    CHECK_OK(dion_get_unique_id(&j.id));
     /* ranks 0..2 plus an impostor as "rank 3" of the fork loop */
     int codes[4];
-    if (run_ranks(4, secret_rank, &j, codes)) FAIL("codes %d %d %d %d", codes[0], codes[1], codes[2], codes[3]);
+    if (run_ranks(4, secret_rank, &j, make_id, codes)) FAIL("codes %d %d %d %d", codes[0], codes[1], codes[2], codes[3]);
     printf("wrong secret rejected, real job completed\n");
     return 0;
 }
@@ -234,13 +254,13 @@ static int mode_kill(int n)
 {
     setenv("DION_BOOTSTRAP_TIMEOUT", "10s", 1);
     uid_job_t j = {.n = n};
-    CHECK_OK(dion_get_unique_id(&j.id));
     int *codes = calloc((size_t)n, sizeof *codes);
-    run_ranks(n, kill_rank, &j, codes);
+    run_ranks(n, kill_rank, &j, make_id, codes);
     for (int r = 0; r < n; r++) {
         int want = r == n / 2 ? 128 + SIGKILL : 0;
         if (codes[r] != want) FAIL("rank %d ended with %d, expected %d", r, codes[r], want);
     }
+    free(codes);
     printf("killed rank reported by all %d survivors\n", n - 1);
     return 0;
 }
@@ -298,21 +318,29 @@ static void *fuzzer(void *p)
     return NULL;
 }
 
+static fuzz_arg_t fuzz;
+static pthread_t fuzz_thread;
+
+/* Runs once the ranks are forked: the root starts, the flood starts, and the ranks learn the id only when the
+ * flood is well under way, so that they join while it goes on. */
+static void start_flood(uid_job_t *j)
+{
+    make_id(j);
+    pthread_create(&fuzz_thread, NULL, fuzzer, &fuzz);
+    while (fuzz.sent < 1500) usleep(1000);
+}
+
 static int mode_fuzz(int n)
 {
     setenv("DION_BOOTSTRAP_TIMEOUT", "60s", 1);
     uid_job_t j = {.n = n, .barriers = 50};
-    CHECK_OK(dion_get_unique_id(&j.id));
-    fuzz_arg_t f = {.id = &j.id, .seed = 12345};
-    pthread_t t;
-    pthread_create(&t, NULL, fuzzer, &f);
-    /* Let the flood start before the real ranks arrive, and keep it going while they join. */
-    while (f.sent < 1500) usleep(1000);
-    int failed = run_ranks(n, uid_rank, &j, NULL);
+    fuzz.id = &j.id;
+    fuzz.seed = 12345;
+    int failed = run_ranks(n, uid_rank, &j, start_flood, NULL);
     fuzz_stop = 1;
-    pthread_join(t, NULL);
+    pthread_join(fuzz_thread, NULL);
     if (failed) FAIL("%d ranks failed under the flood", failed);
-    printf("root survived %d malformed connections; %d ranks bootstrapped\n", f.sent, n);
+    printf("root survived %d malformed connections; %d ranks bootstrapped\n", fuzz.sent, n);
     return 0;
 }
 

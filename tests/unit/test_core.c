@@ -1,0 +1,202 @@
+/* Unit tests of internal pieces: status strings, configuration parsing, unique-id encoding, frame headers,
+ * comparisons, the device-side copy (the GPU algorithm, run here on the CPU) and the copy's group split.
+ * Every check prints what failed; the exit status counts failures. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap/bootstrap.h"
+#include "dion/device/common.cuh"
+#include "src/internal.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                  \
+            fprintf(stderr, __VA_ARGS__);                                                                    \
+            fprintf(stderr, "\n");                                                                           \
+            failures++;                                                                                      \
+        }                                                                                                    \
+    } while (0)
+
+static void test_status(void)
+{
+    for (int s = DION_SUCCESS; s <= DION_ERR_INTERNAL; s++) {
+        const char *t = dion_status_string((dion_status_t)s);
+        CHECK(t && strncmp(t, "DION_", 5) == 0 && !strstr(t, "unknown"), "status %d -> %s", s, t);
+    }
+    CHECK(strstr(dion_status_string((dion_status_t)99), "unknown") != NULL, "out-of-range status");
+    dion__error_set(DION_ERR_TIMEOUT, "first %d", 1);
+    dion__error_set(DION_ERR_TIMEOUT, "wrapped: %s", dion_last_error()); /* may refer to itself */
+    CHECK(strcmp(dion_last_error(), "wrapped: first 1") == 0, "self-referencing sentence: %s", dion_last_error());
+}
+
+static void test_config(void)
+{
+    uint64_t ns = 0;
+    struct {
+        const char *text;
+        uint64_t ns;
+        int ok;
+    } cases[] = {{"0", 0, 1},       {"2", 2000000000ull, 1}, {"1.5s", 1500000000ull, 1}, {"250ms", 250000000ull, 1},
+                 {"10us", 10000, 1}, {"7ns", 7, 1},          {"2m", 120000000000ull, 1}, {"1h", 3600000000000ull, 1},
+                 {"", 0, 0},        {"abc", 0, 0},           {"5 s", 0, 0},              {"-1s", 0, 0},
+                 {"3parsecs", 0, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dion_status_t st = dion__parse_duration_ns(cases[i].text, &ns);
+        CHECK((st == DION_SUCCESS) == cases[i].ok, "duration '%s' -> %s", cases[i].text, dion_status_string(st));
+        if (cases[i].ok) CHECK(ns == cases[i].ns, "duration '%s' -> %llu", cases[i].text, (unsigned long long)ns);
+    }
+    setenv("DION_BOOTSTRAP_TIMEOUT", "forever", 1);
+    CHECK(dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &ns) == DION_ERR_INVALID_ARG, "bad duration accepted");
+    CHECK(strstr(dion_last_error(), "DION_BOOTSTRAP_TIMEOUT") != NULL, "sentence names the variable: %s",
+          dion_last_error());
+    unsetenv("DION_BOOTSTRAP_TIMEOUT");
+    CHECK(dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &ns) == DION_SUCCESS && ns == 60000000000ull,
+          "default bootstrap timeout %llu", (unsigned long long)ns);
+    long long v = 0;
+    setenv("DION_DEVICE", "12", 1);
+    CHECK(dion__cfg_int("DION_DEVICE", -1, 7, &v) == DION_ERR_INVALID_ARG && strstr(dion_last_error(), "[-1, 7]"),
+          "range error: %s", dion_last_error());
+    setenv("DION_DEVICE", "3x", 1);
+    CHECK(dion__cfg_int("DION_DEVICE", -1, 7, &v) == DION_ERR_INVALID_ARG, "trailing junk accepted");
+    setenv("DION_DEVICE", " 5 ", 1);
+    CHECK(dion__cfg_int("DION_DEVICE", -1, 7, &v) == DION_ERR_INVALID_ARG || v == 5, "spaces");
+    unsetenv("DION_DEVICE");
+    int b = 0, e = -1;
+    setenv("DION_CHECK", "yes", 1);
+    CHECK(dion__cfg_bool("DION_CHECK", &b) == DION_SUCCESS && b == 1, "bool yes");
+    setenv("DION_CHECK", "maybe", 1);
+    CHECK(dion__cfg_bool("DION_CHECK", &b) == DION_ERR_INVALID_ARG, "bool maybe accepted");
+    unsetenv("DION_CHECK");
+    setenv("DION_LOG", "DEBUG", 1);
+    CHECK(dion__cfg_enum("DION_LOG", &e) == DION_SUCCESS && e == DION_LOG_DEBUG, "enum is case-insensitive");
+    setenv("DION_LOG", "loud", 1);
+    CHECK(dion__cfg_enum("DION_LOG", &e) == DION_ERR_INVALID_ARG && strstr(dion_last_error(), "error|warn"),
+          "enum error lists the choices: %s", dion_last_error());
+    unsetenv("DION_LOG");
+    CHECK(dion__cfg_find("DION_NO_SUCH_VARIABLE") == NULL, "unknown variable found");
+    for (int i = 0; i < dion__cfg_count; i++)
+        CHECK(dion__cfg_table[i].help && strlen(dion__cfg_table[i].help) > 10, "%s has no meaning",
+              dion__cfg_table[i].name);
+}
+
+static void test_uid_and_frames(void)
+{
+    dion__uid_t u, back;
+    memset(&u, 0, sizeof u);
+    u.root.family = 4;
+    u.root.port = 4242;
+    u.root.addr[0] = 10, u.root.addr[3] = 7;
+    for (int i = 0; i < DION__SECRET_LEN; i++) u.secret[i] = (uint8_t)(i * 17 + 3);
+    u.job = 0x1122334455667788ull;
+    dion_unique_id_t id, id2;
+    dion__uid_encode(&u, &id);
+    CHECK(dion__uid_decode(&id, &back) == DION_SUCCESS, "decode");
+    CHECK(back.root.port == 4242 && back.root.addr[0] == 10 && back.job == u.job &&
+              memcmp(back.secret, u.secret, DION__SECRET_LEN) == 0,
+          "round trip");
+    char hex[2 * sizeof id.bytes + 1];
+    dion__uid_to_hex(&id, hex);
+    CHECK(dion__uid_from_hex(hex, &id2) == DION_SUCCESS && memcmp(&id, &id2, sizeof id) == 0, "hex round trip");
+    hex[10] = 'z';
+    CHECK(dion__uid_from_hex(hex, &id2) == DION_ERR_INVALID_ARG, "bad hex accepted");
+    CHECK(dion__uid_from_hex("abcd", &id2) == DION_ERR_INVALID_ARG, "short hex accepted");
+    id2 = id;
+    id2.bytes[0] ^= 1;
+    CHECK(dion__uid_decode(&id2, &back) == DION_ERR_INVALID_ARG, "bad magic accepted");
+    id2 = id;
+    id2.bytes[8] = 9; /* address family */
+    CHECK(dion__uid_decode(&id2, &back) == DION_ERR_INVALID_ARG, "bad family accepted");
+
+    uint8_t h[DION__FRAME_HDR];
+    uint32_t type, len;
+    dion__frame_hdr_encode(h, DION__FRAME_DATA, 1234);
+    CHECK(dion__frame_hdr_decode(h, &type, &len) == 0 && type == DION__FRAME_DATA && len == 1234, "frame round trip");
+    dion__frame_hdr_encode(h, DION__FRAME_DATA, DION__FRAME_MAX + 1);
+    CHECK(dion__frame_hdr_decode(h, &type, &len) != 0, "oversized frame accepted");
+    dion__frame_hdr_encode(h, 99, 8);
+    CHECK(dion__frame_hdr_decode(h, &type, &len) != 0, "unknown type accepted");
+    dion__frame_hdr_encode(h, DION__FRAME_HELLO, 48);
+    h[1] ^= 0x40;
+    CHECK(dion__frame_hdr_decode(h, &type, &len) != 0, "bad magic accepted");
+    uint8_t a = 0x11, b = 0x11;
+    CHECK(dion__secret_equal(&a, &b, 1) && !dion__secret_equal((const uint8_t *)"ab", (const uint8_t *)"ac", 2),
+          "secret compare");
+    dion__addr_t ad;
+    CHECK(dion__addr_parse("127.0.0.1:80", &ad) == DION_SUCCESS && ad.port == 80 && ad.addr[0] == 127, "parse v4");
+    CHECK(dion__addr_parse("[::1]:9", &ad) == DION_SUCCESS && ad.family == 6 && ad.port == 9, "parse v6");
+    CHECK(dion__addr_parse("localhost", &ad) == DION_ERR_INVALID_ARG, "no port accepted");
+    CHECK(dion__addr_parse("127.0.0.1:99999", &ad) == DION_ERR_INVALID_ARG, "port out of range accepted");
+}
+
+static void test_cmp(void)
+{
+    const uint64_t vals[] = {0, 1, 5, 6, 7, UINT64_MAX - 1, UINT64_MAX};
+    for (size_t i = 0; i < 7; i++)
+        for (size_t j = 0; j < 7; j++) {
+            uint64_t v = vals[i], x = vals[j];
+            CHECK(dion__cmp_holds(v, DION_CMP_EQ, x) == (v == x), "EQ");
+            CHECK(dion__cmp_holds(v, DION_CMP_NE, x) == (v != x), "NE");
+            CHECK(dion__cmp_holds(v, DION_CMP_GT, x) == (v > x), "GT");
+            CHECK(dion__cmp_holds(v, DION_CMP_GE, x) == (v >= x), "GE");
+            CHECK(dion__cmp_holds(v, DION_CMP_LT, x) == (v < x), "LT");
+            CHECK(dion__cmp_holds(v, DION_CMP_LE, x) == (v <= x), "LE");
+        }
+    CHECK(!dion__cmp_holds(1, 77, 1), "unknown comparison holds");
+}
+
+static uint64_t rng_state = 0x1234;
+static uint64_t rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return rng_state >> 17;
+}
+
+/* The GPU copy algorithm with every thread of a group run in turn: all bytes arrive, nothing else moves. */
+static void test_copy_vec(void)
+{
+    enum { CAP = 1 << 16 };
+    char *src = malloc(CAP + 64), *dst = malloc(CAP + 64), *want = malloc(CAP + 64);
+    static const uint32_t groups[] = {1, 2, 3, 32, 40, 1024};
+    int cases = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        size_t n = iter < 600 ? (size_t)(iter % 300) : (size_t)(rnd() % (iter % 7 == 0 ? CAP : 2048));
+        size_t so = rnd() % 32, dof = rnd() % 32;
+        uint32_t g = groups[rnd() % 6];
+        for (size_t i = 0; i < CAP + 64; i++) src[i] = (char)rnd(), dst[i] = (char)0x5a;
+        memcpy(want, dst, CAP + 64);
+        memcpy(want + dof, src + so, n);
+        for (uint32_t r = 0; r < g; r++) dion__copy_vec(dst + dof, src + so, n, r, g);
+        if (memcmp(dst, want, CAP + 64) != 0) {
+            size_t k = 0;
+            while (dst[k] == want[k]) k++;
+            CHECK(0, "copy_vec n=%zu src+%zu dst+%zu g=%u: first wrong byte at %zu", n, so, dof, g, k);
+            break;
+        }
+        /* and the CPU-mode split */
+        for (size_t i = 0; i < CAP + 64; i++) dst[i] = (char)0x5a;
+        for (uint32_t r = 0; r < g; r++) dion__copy(dst + dof, src + so, n, r, g);
+        if (memcmp(dst, want, CAP + 64) != 0) {
+            CHECK(0, "copy (CPU split) n=%zu g=%u", n, g);
+            break;
+        }
+        cases++;
+    }
+    CHECK(cases == 3000, "only %d copy cases ran", cases);
+    free(src), free(dst), free(want);
+}
+
+int main(void)
+{
+    dion__log_init();
+    test_status();
+    test_config();
+    test_uid_and_frames();
+    test_cmp();
+    test_copy_vec();
+    printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}
