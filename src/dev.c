@@ -115,7 +115,8 @@ void dion__dev_report_errors(dion_comm_t c)
     pthread_mutex_unlock(&c->devs_lock);
 }
 
-/* Writes why and who into the control words of every table this rank can reach, its own first. */
+/* Writes why and who into the control words of every table this rank can reach, its own first. The first
+ * reason a word receives stays: an abort must not turn into "peer failed" when the aborting rank then exits. */
 static void dion__devh_abort(struct dion__devh *h, dion_status_t why, int failed_rank)
 {
     dion_comm_t c = h->comm;
@@ -127,13 +128,24 @@ static void dion__devh_abort(struct dion__devh *h, dion_status_t why, int failed
         if (!t) continue;
         uint64_t *ctl = t + h->dev.num_signals;
         if (h->cpu) {
-            __atomic_store_n(&ctl[DION_CTL_ABORT_RANK], words[0], __ATOMIC_RELAXED);
-            __atomic_store_n(&ctl[DION_CTL_ABORT], words[1], __ATOMIC_RELEASE);
-        } else {
-            /* rank first, status last: a waiter that sees the status finds the rank too */
-            cudaMemcpyAsync(&ctl[DION_CTL_ABORT_RANK], &words[0], 8, cudaMemcpyHostToDevice, h->stream);
-            cudaMemcpyAsync(&ctl[DION_CTL_ABORT], &words[1], 8, cudaMemcpyHostToDevice, h->stream);
+            uint64_t expected = 0;
+            if (__atomic_compare_exchange_n(&ctl[DION_CTL_ABORT], &expected, words[1], 0, __ATOMIC_RELEASE,
+                                            __ATOMIC_RELAXED))
+                __atomic_store_n(&ctl[DION_CTL_ABORT_RANK], words[0], __ATOMIC_RELAXED);
+            continue;
         }
+        /* GPU memory: no compare-and-swap from the host; read, then write if still clear. The window between
+         * the two only matters to which failure a waiter reports, never to whether it stops. */
+        uint64_t cur = 0;
+        if (cudaMemcpyAsync(&cur, &ctl[DION_CTL_ABORT], 8, cudaMemcpyDeviceToHost, h->stream) != cudaSuccess ||
+            cudaStreamSynchronize(h->stream) != cudaSuccess) {
+            cudaGetLastError();
+            cur = 0;
+        }
+        if (cur) continue;
+        /* rank first, status last: a waiter that sees the status finds the rank too */
+        cudaMemcpyAsync(&ctl[DION_CTL_ABORT_RANK], &words[0], 8, cudaMemcpyHostToDevice, h->stream);
+        cudaMemcpyAsync(&ctl[DION_CTL_ABORT], &words[1], 8, cudaMemcpyHostToDevice, h->stream);
     }
     if (!h->cpu && cudaStreamSynchronize(h->stream) != cudaSuccess) {
         cudaGetLastError();

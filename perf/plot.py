@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Draws the benchmark CSVs (impl,label,test,group,bytes,metric,value) written by p2p_bench, nvshmem_bench and
+nccl_lsa_bench: put_signal one-way latency against size per cooperation group, and a summary of the rest.
+usage: plot.py OUTDIR FILE.csv [FILE.csv ...]"""
+import csv
+import os
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+STYLE = {"dion": ("tab:blue", "o"), "nvshmem": ("tab:orange", "s"), "nccl_lsa": ("tab:green", "^")}
+
+
+def load(paths):
+    rows = []
+    for p in paths:
+        with open(p) as f:
+            for r in csv.reader(f):
+                if len(r) != 7:
+                    continue
+                impl, label, test, group, size, metric, value = r
+                rows.append((impl, label, test, group, int(size), metric, float(value)))
+    return rows
+
+
+def latency_plot(rows, label, out):
+    groups = ["thread", "warp", "block"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=False)
+    for ax, g in zip(axes, groups):
+        series = defaultdict(list)
+        for impl, lab, test, group, size, metric, value in rows:
+            if lab == label and test == "put_signal_pingpong" and group == g:
+                series[impl].append((size, value))
+        for impl, pts in sorted(series.items()):
+            pts.sort()
+            color, marker = STYLE.get(impl, ("gray", "x"))
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=impl)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"put_signal {g}")
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("one-way latency (us)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"put_signal ping-pong, one-way = half a round trip ({label})")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def summary_plot(rows, label, out):
+    keys = [("signal_pingpong", "thread", 0, "oneway_us", "signal one-way (us)"),
+            ("signal_relaxed_pingpong", "thread", 0, "oneway_us", "relaxed signal one-way (us)"),
+            ("put_quiet", "thread", 8, "latency_us", "put 8 B + quiet (us)"),
+            ("put_quiet", "block", 65536, "latency_us", "put_block 64 KiB + quiet (us)"),
+            ("put_bw", "block", None, "GBps_median", "put 1 GiB, all SMs (GB/s)")]
+    vals = defaultdict(dict)
+    for impl, lab, test, group, size, metric, value in rows:
+        for k in keys:
+            if lab == label and test == k[0] and group == k[1] and metric == k[3] and (k[2] is None or size == k[2]):
+                vals[k[4]][impl] = value
+    titles = [k[4] for k in keys if vals[k[4]]]
+    if not titles:
+        return
+    fig, axes = plt.subplots(1, len(titles), figsize=(3.2 * len(titles), 4))
+    if len(titles) == 1:
+        axes = [axes]
+    for ax, t in zip(axes, titles):
+        impls = sorted(vals[t])
+        ax.bar(impls, [vals[t][i] for i in impls], color=[STYLE.get(i, ("gray", ""))[0] for i in impls])
+        for x, i in enumerate(impls):
+            ax.text(x, vals[t][i], f"{vals[t][i]:.3g}", ha="center", va="bottom", fontsize=8)
+        ax.set_title(t, fontsize=9)
+    fig.suptitle(f"DION against NVSHMEM ({label}); lower is better except GB/s")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        sys.exit(2)
+    outdir, rows = sys.argv[1], load(sys.argv[2:])
+    os.makedirs(outdir, exist_ok=True)
+    for label in sorted({r[1] for r in rows}):
+        latency_plot(rows, label, os.path.join(outdir, f"put_signal_latency_{label}.png"))
+        summary_plot(rows, label, os.path.join(outdir, f"summary_{label}.png"))
+    print("plots in", outdir)
+
+
+if __name__ == "__main__":
+    main()
