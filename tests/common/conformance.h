@@ -712,6 +712,60 @@ static void dt_test_timeout(void)
     DT_OK(dion_dev_destroy(dt_comm, &dev));
 }
 
+/* ================================================================================================ */
+/* 10. DION_STATS=1: per-context counters count exactly what a kernel did.                              */
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    uint64_t *result;
+} dt_stats_args_t;
+
+DT_KERNEL(dt_stats_kernel, dt_stats_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 1); /* context 1: context 0 stays untouched */
+    int me = a->dev.rank, next = (me + 1) % a->dev.nranks;
+    dion_put(c, a->win, next, 64, a->win, 0, 16);
+    dion_put(c, a->win, next, 128, a->win, 0, 100);
+    dion_put_signal(c, a->win, next, 256, a->win, 0, 8, 2, DION_SIG_ADD, 1);
+    dion_signal(c, next, 3, DION_SIG_SET, 7);
+    if (dion_wait(c, 3, DION_CMP_EQ, 7, NULL) != DION_SUCCESS) a->result[0]++;
+    dion_get(c, a->win, 512, a->win, next, 0, 32);
+    dion_atomic_fetch_add(c, a->win, next, 1024, 1);
+    dion_fence(c);
+    if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
+    if (dion_barrier(c) != DION_SUCCESS) a->result[0]++;
+}
+
+static void dt_test_stats(dion_win_t win)
+{
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    dt_stats_args_t a = {dt_dev, dion_win_device(win), result};
+    if (DT_LAUNCH(dt_stats_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    uint64_t r;
+    dt_get(&r, result, 8);
+    if (r) DT_FAIL("%llu calls failed", (unsigned long long)r);
+    dion_ctx_stats_t s0, s1;
+    DT_OK(dion_dev_stats(dt_comm, &dt_dev, 0, &s0));
+    DT_OK(dion_dev_stats(dt_comm, &dt_dev, 1, &s1));
+    if (s0.puts || s0.signals || s0.waits) DT_FAIL("context 0 counted operations it did not do");
+    /* put_signal counts as a put and a signal; the barrier's own signals are not user signals */
+    if (s1.puts != 3 || s1.put_bytes != 124 || s1.signals != 2 || s1.waits != 1 || s1.gets != 1 ||
+        s1.get_bytes != 32 || s1.atomics != 1 || s1.fences != 1 || s1.quiets != 2 || s1.barriers != 1 ||
+        s1.errors != 0 || s1.wait_timeouts != 0)
+        DT_FAIL("stats: puts %llu bytes %llu signals %llu waits %llu gets %llu/%llu atomics %llu fences %llu quiets %llu "
+                "barriers %llu errors %llu",
+                (unsigned long long)s1.puts, (unsigned long long)s1.put_bytes, (unsigned long long)s1.signals,
+                (unsigned long long)s1.waits, (unsigned long long)s1.gets, (unsigned long long)s1.get_bytes,
+                (unsigned long long)s1.atomics, (unsigned long long)s1.fences, (unsigned long long)s1.quiets,
+                (unsigned long long)s1.barriers, (unsigned long long)s1.errors);
+    dion_ctx_stats_t bad;
+    if (dion_dev_stats(dt_comm, &dt_dev, 4, &bad) != DION_ERR_INVALID_ARG) DT_FAIL("ctx 4 of 4 accepted");
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_free(result);
+}
+
 static void *dt_abort_later(void *arg)
 {
     (void)arg;
@@ -866,10 +920,12 @@ static int dt_main(int argc, char **argv)
         DT_RUN_EXTRA();
     } else if (!strcmp(mode, "check")) {
         DT_RUN("DION_CHECK=1: rejected calls are recorded and write nothing", dt_test_check(win, (char *)base, size));
+    } else if (!strcmp(mode, "stats")) {
+        DT_RUN("DION_STATS=1: per-context counters", dt_test_stats(win));
     } else if (!strcmp(mode, "abort")) {
         DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
     } else {
-        fprintf(stderr, "usage: %s [all|check|abort|peerfail N]\n", argv[0]);
+        fprintf(stderr, "usage: %s [all|check|stats|abort|peerfail N]\n", argv[0]);
         return 2;
     }
     int mine = dt_failures, *all = (int *)calloc((size_t)dt_n, sizeof(int)), total = 0;

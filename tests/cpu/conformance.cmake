@@ -7,6 +7,8 @@ foreach(n 2 3 4 8)
 endforeach()
 dion_test(NAME conf_cpu_check COMMAND $<TARGET_FILE:dionrun> -n 3 --timeout 100 $<TARGET_FILE:conformance_cpu> check
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_CHECK=1")
+dion_test(NAME conf_cpu_stats COMMAND $<TARGET_FILE:dionrun> -n 3 --timeout 100 $<TARGET_FILE:conformance_cpu> stats
+          LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_STATS=1")
 dion_test(NAME conf_cpu_abort COMMAND $<TARGET_FILE:dionrun> -n 3 --timeout 100 $<TARGET_FILE:conformance_cpu> abort
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1")
 dion_test(NAME conf_cpu_peerfail COMMAND $<TARGET_FILE:conformance_cpu> peerfail 3
