@@ -7,7 +7,7 @@
 #include "net.h"
 
 #define DION__SECRET_LEN 16
-#define DION__MAX_RANKS (1 << 22)
+#define DION__MAX_RANKS  (1 << 22)
 
 /* The decoded contents of a dion_unique_id_t. */
 typedef struct {

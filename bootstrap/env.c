@@ -1,6 +1,6 @@
 /* Environment initialization: rank and size from DION_* or the launcher's variables (Open MPI, Slurm,
- * torchrun); the root from DION_UNIQUE_ID, DION_ROOT, MASTER_ADDR/MASTER_PORT, or a rendezvous file that rank 0
- * writes for single-node jobs. */
+ * torchrun); the root from DION_UNIQUE_ID, DION_ROOT, MASTER_ADDR/MASTER_PORT, or a rendezvous file that rank
+ * 0 writes for single-node jobs. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -58,18 +58,21 @@ static dion_status_t dion__env_rank(dion__env_job_t *job)
         job->source = l->name;
         return DION_SUCCESS;
     }
-    return dion__error(DION_ERR_BOOTSTRAP,
-                       "dion_comm_init_env found no rank and size: set DION_RANK and DION_NRANKS, or start the "
-                       "program with dionrun, mpirun (OMPI_COMM_WORLD_RANK/SIZE), srun (SLURM_PROCID/NTASKS) or "
-                       "torchrun (RANK/WORLD_SIZE)");
+    return dion__error(
+        DION_ERR_BOOTSTRAP,
+        "dion_comm_init_env found no rank and size: set DION_RANK and DION_NRANKS, or start the "
+        "program with dionrun, mpirun (OMPI_COMM_WORLD_RANK/SIZE), srun (SLURM_PROCID/NTASKS) or "
+        "torchrun (RANK/WORLD_SIZE)");
 }
 
 /* A key naming this job, for the rendezvous file and the default secret; NULL if the launcher gives none. */
 static const char *dion__env_job_key(char *buf, size_t cap)
 {
     const char *v;
-    if ((v = dion__cfg_env("PMIX_NAMESPACE"))) snprintf(buf, cap, "ompi:%s", v);
-    else if ((v = dion__cfg_env("OMPI_MCA_ess_base_jobid"))) snprintf(buf, cap, "ompi:%s", v);
+    if ((v = dion__cfg_env("PMIX_NAMESPACE")))
+        snprintf(buf, cap, "ompi:%s", v);
+    else if ((v = dion__cfg_env("OMPI_MCA_ess_base_jobid")))
+        snprintf(buf, cap, "ompi:%s", v);
     else if ((v = dion__cfg_env("SLURM_JOB_ID"))) {
         const char *step = dion__cfg_env("SLURM_STEP_ID");
         snprintf(buf, cap, "slurm:%s.%s", v, step ? step : "0");
@@ -87,7 +90,8 @@ static int dion__env_single_node(const dion__env_job_t *job)
     if (dion__cfg_env("OMPI_COMM_WORLD_LOCAL_SIZE") &&
         dion__cfg_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, DION__MAX_RANKS, &v) == DION_SUCCESS)
         return v == job->nranks;
-    if (dion__cfg_env("SLURM_NNODES") && dion__cfg_int("SLURM_NNODES", 1, DION__MAX_RANKS, &v) == DION_SUCCESS)
+    if (dion__cfg_env("SLURM_NNODES") &&
+        dion__cfg_int("SLURM_NNODES", 1, DION__MAX_RANKS, &v) == DION_SUCCESS)
         return v == 1;
     return 0;
 }
@@ -98,8 +102,10 @@ static dion_status_t dion__env_write_rendezvous(const char *path, const dion_uni
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
-        return dion__error(DION_ERR_BOOTSTRAP, "cannot write the rendezvous file %s: %s; set DION_TMPDIR to a "
-                           "writable folder or DION_ROOT=host:port", tmp, strerror(errno));
+        return dion__error(DION_ERR_BOOTSTRAP,
+                           "cannot write the rendezvous file %s: %s; set DION_TMPDIR to a "
+                           "writable folder or DION_ROOT=host:port",
+                           tmp, strerror(errno));
     dion__uid_to_hex(id, hex);
     char line[400];
     int n = snprintf(line, sizeof line, "dion-rendezvous 1 %d %s\n", (int)getpid(), hex);
@@ -129,10 +135,11 @@ static dion_status_t dion__env_read_rendezvous(const char *path, dion_unique_id_
             if (ok && (kill(pid, 0) == 0 || errno == EPERM)) return dion__uid_from_hex(hex, id);
         }
         if (dion__now_ns() >= deadline)
-            return dion__error(DION_ERR_BOOTSTRAP,
-                               "rank 0 did not write the rendezvous file %s within DION_BOOTSTRAP_TIMEOUT; check that "
-                               "rank 0 started and that all ranks share DION_TMPDIR, or set DION_ROOT=host:port",
-                               path);
+            return dion__error(
+                DION_ERR_BOOTSTRAP,
+                "rank 0 did not write the rendezvous file %s within DION_BOOTSTRAP_TIMEOUT; check that "
+                "rank 0 started and that all ranks share DION_TMPDIR, or set DION_ROOT=host:port",
+                path);
         struct timespec ts = {0, 20000000};
         nanosleep(&ts, NULL);
     }
@@ -154,12 +161,13 @@ dion_status_t dion__env_resolve(dion__env_job_t *job)
     if (!root_text && dion__cfg_env("MASTER_ADDR")) {
         long long port;
         if (!dion__cfg_env("MASTER_PORT"))
-            return dion__error(DION_ERR_INVALID_ARG, "MASTER_ADDR is set but MASTER_PORT is not; set both or DION_ROOT");
+            return dion__error(DION_ERR_INVALID_ARG,
+                               "MASTER_ADDR is set but MASTER_PORT is not; set both or DION_ROOT");
         if ((st = dion__cfg_int("MASTER_PORT", 1, 65535, &port)) != DION_SUCCESS) return st;
         if ((st = dion__cfg_int("DION_ROOT_PORT_OFFSET", -65535, 65535, &offset)) != DION_SUCCESS) return st;
         if (port + offset < 1 || port + offset > 65535)
-            return dion__error(DION_ERR_INVALID_ARG, "MASTER_PORT+DION_ROOT_PORT_OFFSET = %lld is not a valid port",
-                               port + offset);
+            return dion__error(DION_ERR_INVALID_ARG,
+                               "MASTER_PORT+DION_ROOT_PORT_OFFSET = %lld is not a valid port", port + offset);
         const char *host = dion__cfg_env("MASTER_ADDR");
         snprintf(rootbuf, sizeof rootbuf, strchr(host, ':') ? "[%s]:%lld" : "%s:%lld", host, port + offset);
         root_text = rootbuf;
@@ -178,15 +186,16 @@ dion_status_t dion__env_resolve(dion__env_job_t *job)
         dion__hash128(seed, u.secret);
         dion__put_u64((uint8_t *)&u.job, dion__get_u64(u.secret) ^ 0x9e3779b97f4a7c15ull);
         if (!secret && !key)
-            DION_LOG(DION_LOG_INFO, "no DION_SECRET and no launcher job id: the bootstrap secret is derived from the "
-                                    "root address only");
+            DION_LOG(DION_LOG_INFO,
+                     "no DION_SECRET and no launcher job id: the bootstrap secret is derived from the "
+                     "root address only");
         if (job->rank == 0) {
             /* Rank 0 hosts the root on every interface at the given port. */
             dion__addr_t bind = u.root;
             memset(bind.addr, 0, sizeof bind.addr);
             if ((st = dion__root_start(&bind, u.secret)) != DION_SUCCESS)
-                return dion__error_wrap(st, "rank 0 could not host the bootstrap root at %s (is the port in use?)",
-                                        root_text);
+                return dion__error_wrap(
+                    st, "rank 0 could not host the bootstrap root at %s (is the port in use?)", root_text);
         }
         dion__uid_encode(&u, &job->id);
         return DION_SUCCESS;
@@ -194,16 +203,17 @@ dion_status_t dion__env_resolve(dion__env_job_t *job)
 
     /* No address given: single-node jobs meet through a file that rank 0 writes. */
     if (!key || !dion__env_single_node(job))
-        return dion__error(DION_ERR_BOOTSTRAP,
-                           "dion_comm_init_env (ranks from %s) needs the root's address: set DION_ROOT=host:port "
-                           "(a port rank 0 can listen on, reachable from every rank), or MASTER_ADDR and "
-                           "MASTER_PORT; without them only single-node jobs under mpirun or srun can meet through a "
-                           "rendezvous file",
-                           job->source);
+        return dion__error(
+            DION_ERR_BOOTSTRAP,
+            "dion_comm_init_env (ranks from %s) needs the root's address: set DION_ROOT=host:port "
+            "(a port rank 0 can listen on, reachable from every rank), or MASTER_ADDR and "
+            "MASTER_PORT; without them only single-node jobs under mpirun or srun can meet through a "
+            "rendezvous file",
+            job->source);
     uint8_t h[16];
     dion__hash128(key, h);
-    snprintf(job->rendezvous_path, sizeof job->rendezvous_path, "%s/dion-%u-%016llx.root", dion__cfg_str("DION_TMPDIR"),
-             (unsigned)getuid(), (unsigned long long)dion__get_u64(h));
+    snprintf(job->rendezvous_path, sizeof job->rendezvous_path, "%s/dion-%u-%016llx.root",
+             dion__cfg_str("DION_TMPDIR"), (unsigned)getuid(), (unsigned long long)dion__get_u64(h));
     if (job->rank == 0) {
         if ((st = dion__random_bytes(u.secret, sizeof u.secret)) != DION_SUCCESS) return st;
         if ((st = dion__random_bytes(&u.job, sizeof u.job)) != DION_SUCCESS) return st;

@@ -102,16 +102,16 @@ dion_status_t dion__addr_parse(const char *text, dion__addr_t *out)
     char *end = NULL;
     long port = strtol(port_s, &end, 10);
     if (!*port_s || *end || port < 0 || port > 65535)
-        return dion__error_set(DION_ERR_INVALID_ARG, "address '%s': port '%s' is not a number in [0, 65535]", text,
-                               port_s);
+        return dion__error_set(DION_ERR_INVALID_ARG, "address '%s': port '%s' is not a number in [0, 65535]",
+                               text, port_s);
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     int rc = getaddrinfo(host, NULL, &hints, &res);
     if (rc != 0 || !res)
-        return dion__error_set(DION_ERR_INVALID_ARG, "address '%s': cannot resolve host '%s' (%s)", text, host,
-                               gai_strerror(rc));
+        return dion__error_set(DION_ERR_INVALID_ARG, "address '%s': cannot resolve host '%s' (%s)", text,
+                               host, gai_strerror(rc));
     /* Prefer IPv4: it is what the root listens on by default. */
     struct addrinfo *pick = res;
     for (struct addrinfo *r = res; r; r = r->ai_next)
@@ -146,10 +146,11 @@ dion_status_t dion__addr_local(dion__addr_t *out)
     }
     if (ifa) freeifaddrs(ifa);
     if (!found && ifname)
-        return dion__error(DION_ERR_BOOTSTRAP,
-                           "DION_BOOTSTRAP_IFNAME=%s names no interface that is up with an IP address; unset it "
-                           "or pick one that 'ip addr' lists",
-                           ifname);
+        return dion__error(
+            DION_ERR_BOOTSTRAP,
+            "DION_BOOTSTRAP_IFNAME=%s names no interface that is up with an IP address; unset it "
+            "or pick one that 'ip addr' lists",
+            ifname);
     if (!found) {
         out->family = 4;
         out->addr[0] = 127;
@@ -183,7 +184,8 @@ dion_status_t dion__listen(dion__addr_t *addr, int *fd_out)
     if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
         int e = errno;
         close(fd);
-        return dion__error_set(DION_ERR_BOOTSTRAP, "cannot listen on %s: %s", dion__addr_str(addr, buf), strerror(e));
+        return dion__error_set(DION_ERR_BOOTSTRAP, "cannot listen on %s: %s", dion__addr_str(addr, buf),
+                               strerror(e));
     }
     if (listen(fd, SOMAXCONN) != 0) {
         int e = errno;
@@ -248,7 +250,8 @@ dion_status_t dion__connect(const dion__addr_t *addr, uint64_t deadline_ns, int 
         if (backoff_ms < 200) backoff_ms *= 2;
         if (dion__now_ns() >= deadline_ns) break;
     }
-    return dion__error_set(DION_ERR_BOOTSTRAP, "could not connect to %s before the bootstrap timeout (last error: %s)",
+    return dion__error_set(DION_ERR_BOOTSTRAP,
+                           "could not connect to %s before the bootstrap timeout (last error: %s)",
                            dion__addr_str(addr, buf), strerror(last_err));
 }
 
@@ -267,7 +270,8 @@ dion_status_t dion__accept(int lfd, uint64_t deadline_ns, int *fd_out, dion__add
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
             return dion__error_set(DION_ERR_BOOTSTRAP, "accept failed: %s", strerror(errno));
         int wait = dion__remaining_ms(deadline_ns);
-        if (wait == 0) return dion__error_set(DION_ERR_TIMEOUT, "no connection arrived before the bootstrap timeout");
+        if (wait == 0)
+            return dion__error_set(DION_ERR_TIMEOUT, "no connection arrived before the bootstrap timeout");
         struct pollfd p = {lfd, POLLIN, 0};
         poll(&p, 1, wait);
     }

@@ -19,7 +19,8 @@ typedef struct {
 const char *dion__addr_str(const dion__addr_t *a, char buf[DION__ADDR_STRLEN]);
 /* "host:port", "[v6]:port"; host may be a name. */
 dion_status_t dion__addr_parse(const char *text, dion__addr_t *out);
-/* The address the root listens on: DION_BOOTSTRAP_IFNAME, else the first non-loopback IPv4, else 127.0.0.1. */
+/* The address the root listens on: DION_BOOTSTRAP_IFNAME, else the first non-loopback IPv4, else 127.0.0.1.
+ */
 dion_status_t dion__addr_local(dion__addr_t *out);
 int dion__addr_is_any(const dion__addr_t *a);
 
@@ -38,8 +39,8 @@ dion_status_t dion__recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns
 
 /* Frames: a 12-byte header (magic, type, reserved, payload length; little endian) and a bounded payload. */
 #define DION__FRAME_MAGIC 0x464e4f44u /* "DONF" */
-#define DION__FRAME_HDR 12u
-#define DION__FRAME_MAX (1u << 20) /* largest payload any frame may carry */
+#define DION__FRAME_HDR   12u
+#define DION__FRAME_MAX   (1u << 20) /* largest payload any frame may carry */
 enum {
     DION__FRAME_HELLO = 1, /* rank -> root */
     DION__FRAME_RING = 2,  /* root -> rank: the next rank's address */
@@ -50,7 +51,8 @@ enum {
 void dion__frame_hdr_encode(uint8_t out[DION__FRAME_HDR], uint32_t type, uint32_t len);
 /* Checks magic and bound; 0 when the header is acceptable. */
 int dion__frame_hdr_decode(const uint8_t in[DION__FRAME_HDR], uint32_t *type, uint32_t *len);
-dion_status_t dion__send_frame(int fd, uint32_t type, const void *payload, uint32_t len, uint64_t deadline_ns);
+dion_status_t dion__send_frame(int fd, uint32_t type, const void *payload, uint32_t len,
+                               uint64_t deadline_ns);
 /* Receives one frame whose payload must fit cap; anything else is DION_ERR_BOOTSTRAP. */
 dion_status_t dion__recv_frame(int fd, uint32_t *type, void *payload, uint32_t cap, uint32_t *len,
                                uint64_t deadline_ns);
@@ -72,7 +74,10 @@ static inline void dion__put_u64(uint8_t *p, uint64_t v)
     dion__put_u32(p, (uint32_t)v);
     dion__put_u32(p + 4, (uint32_t)(v >> 32));
 }
-static inline uint64_t dion__get_u64(const uint8_t *p) { return dion__get_u32(p) | (uint64_t)dion__get_u32(p + 4) << 32; }
+static inline uint64_t dion__get_u64(const uint8_t *p)
+{
+    return dion__get_u32(p) | (uint64_t)dion__get_u32(p + 4) << 32;
+}
 void dion__addr_encode(uint8_t out[20], const dion__addr_t *a);
 int dion__addr_decode(const uint8_t in[20], dion__addr_t *a);
 

@@ -22,10 +22,22 @@ struct dion__boot {
     char failed_msg[512];
 };
 
-static int dion__ring_prev(const dion__boot_t *b) { return (b->rank + b->nranks - 1) % b->nranks; }
-static int dion__ring_next(const dion__boot_t *b) { return (b->rank + 1) % b->nranks; }
-int dion__boot_prev(dion__boot_t *b) { return dion__ring_prev(b); }
-int dion__boot_next(dion__boot_t *b) { return dion__ring_next(b); }
+static int dion__ring_prev(const dion__boot_t *b)
+{
+    return (b->rank + b->nranks - 1) % b->nranks;
+}
+static int dion__ring_next(const dion__boot_t *b)
+{
+    return (b->rank + 1) % b->nranks;
+}
+int dion__boot_prev(dion__boot_t *b)
+{
+    return dion__ring_prev(b);
+}
+int dion__boot_next(dion__boot_t *b)
+{
+    return dion__ring_next(b);
+}
 
 void dion__boot_fds(dion__boot_t *b, int *prev_fd, int *next_fd)
 {
@@ -67,8 +79,8 @@ void dion__boot_abort(dion__boot_t *b, int failed_rank, dion_status_t why)
 {
     if (!b) return;
     if (!b->failed) {
-        snprintf(b->failed_msg, sizeof b->failed_msg, "rank %d failed or aborted the communicator (%s)", failed_rank,
-                 dion_status_string(why));
+        snprintf(b->failed_msg, sizeof b->failed_msg, "rank %d failed or aborted the communicator (%s)",
+                 failed_rank, dion_status_string(why));
         b->failed = why;
         b->failed_rank = failed_rank;
         b->reporter = b->rank;
@@ -82,12 +94,14 @@ static dion_status_t dion__boot_link(dion__boot_t *b, int lfd, const dion__addr_
     int next_rank = dion__ring_next(b), prev_rank = dion__ring_prev(b);
     dion_status_t st = dion__connect(next, deadline, &b->next_fd);
     if (st != DION_SUCCESS)
-        return dion__error_wrap(st, "rank %d: connecting to rank %d at %s", b->rank, next_rank, dion__addr_str(next, a));
+        return dion__error_wrap(st, "rank %d: connecting to rank %d at %s", b->rank, next_rank,
+                                dion__addr_str(next, a));
     uint8_t p[DION__LINK_LEN] = {0};
     memcpy(p, b->secret, DION__SECRET_LEN);
     dion__put_u32(p + 16, (uint32_t)b->rank);
     st = dion__send_frame(b->next_fd, DION__FRAME_LINK, p, sizeof p, deadline);
-    if (st != DION_SUCCESS) return dion__error_wrap(st, "rank %d: introducing itself to rank %d", b->rank, next_rank);
+    if (st != DION_SUCCESS)
+        return dion__error_wrap(st, "rank %d: introducing itself to rank %d", b->rank, next_rank);
     /* Accept until the predecessor shows up; strays without the secret are dropped. */
     while (b->prev_fd < 0) {
         int fd;
@@ -135,11 +149,12 @@ dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion
 
     st = dion__connect(&uid->root, deadline, &rfd);
     if (st != DION_SUCCESS) {
-        st = dion__error(DION_ERR_BOOTSTRAP,
-                         "rank %d: cannot reach the bootstrap root at %s within DION_BOOTSTRAP_TIMEOUT (%.1f s): %s. "
-                         "Check that the process that created the unique id (or rank 0) is running and that this "
-                         "host can reach that address; DION_BOOTSTRAP_IFNAME picks the root's interface",
-                         rank, dion__addr_str(&uid->root, a), (double)b->timeout_ns / 1e9, dion_last_error());
+        st = dion__error(
+            DION_ERR_BOOTSTRAP,
+            "rank %d: cannot reach the bootstrap root at %s within DION_BOOTSTRAP_TIMEOUT (%.1f s): %s. "
+            "Check that the process that created the unique id (or rank 0) is running and that this "
+            "host can reach that address; DION_BOOTSTRAP_IFNAME picks the root's interface",
+            rank, dion__addr_str(&uid->root, a), (double)b->timeout_ns / 1e9, dion_last_error());
         goto fail;
     }
     /* Listen for the predecessor on the address this host used to reach the root. */
@@ -165,19 +180,21 @@ dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion
     uint32_t type, len;
     st = dion__recv_frame(rfd, &type, ring, sizeof ring, &len, deadline);
     if (st == DION_ERR_TIMEOUT) {
-        st = dion__error(DION_ERR_BOOTSTRAP,
-                         "rank %d: the bootstrap root at %s did not hear from every one of the %d ranks within "
-                         "DION_BOOTSTRAP_TIMEOUT; some rank did not start or could not reach it",
-                         rank, dion__addr_str(&uid->root, a), nranks);
+        st = dion__error(
+            DION_ERR_BOOTSTRAP,
+            "rank %d: the bootstrap root at %s did not hear from every one of the %d ranks within "
+            "DION_BOOTSTRAP_TIMEOUT; some rank did not start or could not reach it",
+            rank, dion__addr_str(&uid->root, a), nranks);
         goto fail;
     }
     if (st != DION_SUCCESS || type != DION__FRAME_RING || len != DION__RING_LEN) {
-        st = dion__error(DION_ERR_BOOTSTRAP,
-                         "rank %d: the bootstrap root at %s refused this rank (%s). Causes: the unique id's secret "
-                         "does not match (an id from another job), another process already claimed rank %d, or "
-                         "the number of ranks (%d) differs from the other ranks'",
-                         rank, dion__addr_str(&uid->root, a),
-                         st != DION_SUCCESS ? dion_last_error() : "unexpected answer", rank, nranks);
+        st = dion__error(
+            DION_ERR_BOOTSTRAP,
+            "rank %d: the bootstrap root at %s refused this rank (%s). Causes: the unique id's secret "
+            "does not match (an id from another job), another process already claimed rank %d, or "
+            "the number of ranks (%d) differs from the other ranks'",
+            rank, dion__addr_str(&uid->root, a), st != DION_SUCCESS ? dion_last_error() : "unexpected answer",
+            rank, nranks);
         goto fail;
     }
     close(rfd);
@@ -206,9 +223,9 @@ void dion__boot_destroy(dion__boot_t *b)
     free(b);
 }
 
-/* Sends slen bytes to the successor while receiving rlen bytes from the predecessor, as DATA frames of at most
- * DION__FRAME_MAX bytes. do_send / do_recv pick the directions (a zero-length transfer still sends a frame, so
- * that it can serve as a token). */
+/* Sends slen bytes to the successor while receiving rlen bytes from the predecessor, as DATA frames of at
+ * most DION__FRAME_MAX bytes. do_send / do_recv pick the directions (a zero-length transfer still sends a
+ * frame, so that it can serve as a token). */
 static dion_status_t dion__ring_xfer(dion__boot_t *b, int do_send, const void *sbuf, size_t slen, int do_recv,
                                      void *rbuf, size_t rlen, const char *what)
 {
@@ -244,9 +261,10 @@ static dion_status_t dion__ring_xfer(dion__boot_t *b, int do_send, const void *s
         }
         uint64_t now = dion__now_ns();
         if (now >= deadline)
-            return dion__boot_fail(b, DION_ERR_TIMEOUT, r_done ? next : prev,
-                                   "rank %d: %s timed out after DION_BOOTSTRAP_TIMEOUT (%.1f s) waiting for rank %d",
-                                   b->rank, what, (double)b->timeout_ns / 1e9, r_done ? next : prev);
+            return dion__boot_fail(
+                b, DION_ERR_TIMEOUT, r_done ? next : prev,
+                "rank %d: %s timed out after DION_BOOTSTRAP_TIMEOUT (%.1f s) waiting for rank %d", b->rank,
+                what, (double)b->timeout_ns / 1e9, r_done ? next : prev);
         int ms = (int)((deadline - now) / 1000000) + 1;
         int rc = poll(pf, (nfds_t)np, ms > 1000 ? 1000 : ms);
         if (rc < 0 && errno != EINTR) return dion__boot_fail(b, DION_ERR_INTERNAL, b->rank, "poll failed");
@@ -310,9 +328,10 @@ static dion_status_t dion__ring_xfer(dion__boot_t *b, int do_send, const void *s
                                            b->rank, what, prev);
                 if (n < 0) {
                     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-                    return dion__boot_fail(b, DION_ERR_PEER_FAILED, prev,
-                                           "rank %d: %s: connection from rank %d broke (%s); it exited or crashed",
-                                           b->rank, what, prev, strerror(errno));
+                    return dion__boot_fail(
+                        b, DION_ERR_PEER_FAILED, prev,
+                        "rank %d: %s: connection from rank %d broke (%s); it exited or crashed", b->rank,
+                        what, prev, strerror(errno));
                 }
                 if (!r_in_payload) {
                     r_hdr_have += (size_t)n;
@@ -322,10 +341,11 @@ static dion_status_t dion__ring_xfer(dion__boot_t *b, int do_send, const void *s
                         (type == DION__FRAME_DATA && (len > rlen - r_pos || (len == 0 && rlen != r_pos))) ||
                         (type == DION__FRAME_ABORT && len != DION__ABORT_LEN) ||
                         (type != DION__FRAME_DATA && type != DION__FRAME_ABORT))
-                        return dion__boot_fail(b, DION_ERR_BOOTSTRAP, prev,
-                                               "rank %d: %s: protocol error on the link from rank %d (unexpected "
-                                               "frame); the ranks disagree on the sequence of collectives",
-                                               b->rank, what, prev);
+                        return dion__boot_fail(
+                            b, DION_ERR_BOOTSTRAP, prev,
+                            "rank %d: %s: protocol error on the link from rank %d (unexpected "
+                            "frame); the ranks disagree on the sequence of collectives",
+                            b->rank, what, prev);
                     r_type = type;
                     r_frame_left = len;
                     r_in_payload = 1;
@@ -345,8 +365,8 @@ static dion_status_t dion__ring_xfer(dion__boot_t *b, int do_send, const void *s
                         if (reporter == b->rank) b->abort_sent = 1;
                         if (reporter >= 0 && reporter < b->nranks) b->reporter = reporter;
                         return dion__boot_fail(b, why == DION_ERR_TIMEOUT ? DION_ERR_PEER_FAILED : why, who,
-                                               "rank %d: %s: rank %d failed (%s, reported by rank %d)", b->rank, what,
-                                               who, dion_status_string(why), reporter);
+                                               "rank %d: %s: rank %d failed (%s, reported by rank %d)",
+                                               b->rank, what, who, dion_status_string(why), reporter);
                     }
                     r_got_any = 1;
                     if (r_pos == rlen) {
@@ -368,8 +388,8 @@ dion_status_t dion__boot_allgather(dion__boot_t *b, const void *mine, size_t byt
     if (mine != out + (size_t)b->rank * bytes) memmove(out + (size_t)b->rank * bytes, mine, bytes);
     for (int step = 0; step < n - 1; step++) {
         int s = (b->rank - step + n) % n, r = (b->rank - step - 1 + n) % n;
-        dion_status_t st = dion__ring_xfer(b, 1, out + (size_t)s * bytes, bytes, 1, out + (size_t)r * bytes, bytes,
-                                           "allgather");
+        dion_status_t st = dion__ring_xfer(b, 1, out + (size_t)s * bytes, bytes, 1, out + (size_t)r * bytes,
+                                           bytes, "allgather");
         if (st != DION_SUCCESS) return st;
     }
     return DION_SUCCESS;

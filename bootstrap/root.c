@@ -12,11 +12,11 @@
 #include "bootstrap.h"
 #include "../src/internal.h"
 
-#define DION__UID_MAGIC "DION"
-#define DION__UID_VERSION 1
-#define DION__ROOT_MAX_PENDING 256         /* connections that have not yet sent a full HELLO */
-#define DION__ROOT_HELLO_NS 5000000000ull  /* a connection must send its HELLO within this */
-#define DION__ROOT_WARN_LIMIT 8            /* dropped connections logged at WARN; the rest at DEBUG */
+#define DION__UID_MAGIC        "DION"
+#define DION__UID_VERSION      1
+#define DION__ROOT_MAX_PENDING 256           /* connections that have not yet sent a full HELLO */
+#define DION__ROOT_HELLO_NS    5000000000ull /* a connection must send its HELLO within this */
+#define DION__ROOT_WARN_LIMIT  8             /* dropped connections logged at WARN; the rest at DEBUG */
 
 void dion__uid_encode(const dion__uid_t *u, dion_unique_id_t *id)
 {
@@ -63,12 +63,14 @@ dion_status_t dion__uid_from_hex(const char *hex, dion_unique_id_t *id)
 {
     size_t n = strlen(hex);
     if (n != 2 * sizeof id->bytes)
-        return dion__error(DION_ERR_INVALID_ARG, "DION_UNIQUE_ID has %zu characters; a unique id is %zu hex digits", n,
+        return dion__error(DION_ERR_INVALID_ARG,
+                           "DION_UNIQUE_ID has %zu characters; a unique id is %zu hex digits", n,
                            2 * sizeof id->bytes);
     for (size_t i = 0; i < sizeof id->bytes; i++) {
         int hi = dion__hexval(hex[2 * i]), lo = dion__hexval(hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
-            return dion__error(DION_ERR_INVALID_ARG, "DION_UNIQUE_ID has a non-hex character at position %zu", 2 * i);
+            return dion__error(DION_ERR_INVALID_ARG, "DION_UNIQUE_ID has a non-hex character at position %zu",
+                               2 * i);
         id->bytes[i] = (unsigned char)(hi << 4 | lo);
     }
     return DION_SUCCESS;
@@ -126,7 +128,8 @@ static void dion__root_answer(dion__root_t *r, int i)
     dion__addr_encode(p, &r->ranks[next].addr);
     dion__put_u32(p + 20, (uint32_t)next);
     dion__put_u32(p + 24, (uint32_t)n);
-    dion_status_t st = dion__send_frame(me->fd, DION__FRAME_RING, p, sizeof p, dion__now_ns() + 1000000000ull);
+    dion_status_t st =
+        dion__send_frame(me->fd, DION__FRAME_RING, p, sizeof p, dion__now_ns() + 1000000000ull);
     if (st != DION_SUCCESS)
         DION_LOG(DION_LOG_WARN, "bootstrap root: could not answer rank %d (%s); it will time out", i,
                  dion_last_error());
@@ -144,7 +147,8 @@ static const char *dion__root_hello(dion__root_t *r, int ci)
     if (dion__frame_hdr_decode(c->buf, &type, &len) != 0) return "malformed frame header";
     if (type != DION__FRAME_HELLO || len != DION__HELLO_LEN) return "first frame is not a HELLO";
     const uint8_t *p = c->buf + DION__FRAME_HDR;
-    if (!dion__secret_equal(p, r->secret, DION__SECRET_LEN)) return "wrong secret (a different job or a stray client)";
+    if (!dion__secret_equal(p, r->secret, DION__SECRET_LEN))
+        return "wrong secret (a different job or a stray client)";
     uint32_t rank = dion__get_u32(p + 16), nranks = dion__get_u32(p + 20);
     dion__addr_t addr;
     if (nranks == 0 || nranks > DION__MAX_RANKS) return "invalid number of ranks";
@@ -204,10 +208,11 @@ static void *dion__root_main(void *arg)
         if (now >= deadline) {
             int known = 0;
             for (int i = 0; i < r->nranks; i++) known += r->ranks[i].known;
-            DION_LOG(DION_LOG_ERROR,
-                     "bootstrap root %s: timed out: %d of %d ranks arrived within DION_BOOTSTRAP_TIMEOUT; the "
-                     "others never connected",
-                     dion__addr_str(&r->bind, a), known, r->nranks);
+            DION_LOG(
+                DION_LOG_ERROR,
+                "bootstrap root %s: timed out: %d of %d ranks arrived within DION_BOOTSTRAP_TIMEOUT; the "
+                "others never connected",
+                dion__addr_str(&r->bind, a), known, r->nranks);
             break;
         }
         pfd[0].fd = r->nconns < DION__ROOT_MAX_PENDING ? r->lfd : -1; /* full: let the backlog wait */

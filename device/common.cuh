@@ -15,17 +15,23 @@ DION_HD struct dion_win_peer *dion__win_peer(dion_dwin_t w, int rank)
 /* Entries of the handle's inline arrays, chosen with masks rather than a switch or ternaries: every candidate
  * is a parameter-bank load, so eight loads and masks cost a few independent instructions where a chain of
  * dependent branches costs about 0.3 us per put for one thread (measured on an H200). */
-#define DION__PICK8(arr, i, field)                                                                            \
-    (((uint64_t)(arr)[0] field & (0 - (uint64_t)((i) == 0))) | ((uint64_t)(arr)[1] field & (0 - (uint64_t)((i) == 1))) | \
-     ((uint64_t)(arr)[2] field & (0 - (uint64_t)((i) == 2))) | ((uint64_t)(arr)[3] field & (0 - (uint64_t)((i) == 3))) | \
-     ((uint64_t)(arr)[4] field & (0 - (uint64_t)((i) == 4))) | ((uint64_t)(arr)[5] field & (0 - (uint64_t)((i) == 5))) | \
-     ((uint64_t)(arr)[6] field & (0 - (uint64_t)((i) == 6))) | ((uint64_t)(arr)[7] field & (0 - (uint64_t)((i) == 7))))
+#define DION__PICK8(arr, i, field)                                                                           \
+    (((uint64_t)(arr)[0] field & (0 - (uint64_t)((i) == 0))) |                                               \
+     ((uint64_t)(arr)[1] field & (0 - (uint64_t)((i) == 1))) |                                               \
+     ((uint64_t)(arr)[2] field & (0 - (uint64_t)((i) == 2))) |                                               \
+     ((uint64_t)(arr)[3] field & (0 - (uint64_t)((i) == 3))) |                                               \
+     ((uint64_t)(arr)[4] field & (0 - (uint64_t)((i) == 4))) |                                               \
+     ((uint64_t)(arr)[5] field & (0 - (uint64_t)((i) == 5))) |                                               \
+     ((uint64_t)(arr)[6] field & (0 - (uint64_t)((i) == 6))) |                                               \
+     ((uint64_t)(arr)[7] field & (0 - (uint64_t)((i) == 7))))
 
-/* The peer's signal table and scope: from the handle itself for the first peers (parameter bank on the GPU). */
+/* The peer's signal table and scope: from the handle itself for the first peers (parameter bank on the GPU).
+ */
 DION_HD uint64_t *dion__peer_signals(const dion_dev_t *d, int peer)
 {
 #if DION__GPU
-    if ((unsigned)peer < DION_DEV_INLINE_PEERS) return (uint64_t *)(uintptr_t)DION__PICK8(d->peer_inline, peer, .signals_u);
+    if ((unsigned)peer < DION_DEV_INLINE_PEERS)
+        return (uint64_t *)(uintptr_t)DION__PICK8(d->peer_inline, peer, .signals_u);
 #endif
     return d->peers[peer].signals;
 }
@@ -41,7 +47,8 @@ DION_HD uint32_t dion__peer_scope(const dion_dev_t *d, int peer)
 DION_HD uint32_t dion__peer_transport(const dion_dev_t *d, int peer)
 {
 #if DION__GPU
-    if ((unsigned)peer < DION_DEV_INLINE_PEERS) return (uint32_t)DION__PICK8(d->peer_inline, peer, .transport);
+    if ((unsigned)peer < DION_DEV_INLINE_PEERS)
+        return (uint32_t)DION__PICK8(d->peer_inline, peer, .transport);
 #endif
     return d->peers[peer].transport;
 }
@@ -83,10 +90,16 @@ DION_HD uint64_t *dion__ctl_word(const dion_dev_t *d, uint64_t *table, uint32_t 
     return table + d->num_signals + word;
 }
 
-DION_HD uint32_t dion__barrier_word(const dion_dev_t *d, uint32_t ctx) { return DION_CTL_WORDS + ctx; }
+DION_HD uint32_t dion__barrier_word(const dion_dev_t *d, uint32_t ctx)
+{
+    return DION_CTL_WORDS + ctx;
+}
 
 /* Scope for fences and for reading this rank's signals. */
-DION_HD uint32_t dion__dev_scope(const dion_dev_t *d) { return (d->flags & DION_DEVF_SYS) ? DION_SCOPE_SYS : DION_SCOPE_GPU; }
+DION_HD uint32_t dion__dev_scope(const dion_dev_t *d)
+{
+    return (d->flags & DION_DEVF_SYS) ? DION_SCOPE_SYS : DION_SCOPE_GPU;
+}
 
 /* ---- statistics (DION_STATS=1) ---- */
 
@@ -149,7 +162,10 @@ DION_HD dion__err_t dion__err(dion_status_t st, dion_op_t op, int peer)
 /* ---- argument checks (DION_CHECK=1). Each returns 1 when the arguments are good; otherwise the group's
  * leader records why and every caller skips the operation. ---- */
 
-DION_HD int dion__check_enabled(const dion_ctx_t *c) { return (c->dev.flags & DION_DEVF_CHECK) != 0; }
+DION_HD int dion__check_enabled(const dion_ctx_t *c)
+{
+    return (c->dev.flags & DION_DEVF_CHECK) != 0;
+}
 
 DION_HD int dion__check_ctx(const dion_ctx_t *c, dion_op_t op, int leader)
 {
@@ -165,7 +181,8 @@ DION_HD int dion__check_ctx(const dion_ctx_t *c, dion_op_t op, int leader)
 
 DION_HD int dion__check_peer(const dion_ctx_t *c, int peer, dion_op_t op, int leader)
 {
-    if (peer >= 0 && peer < c->dev.nranks && dion__peer_transport(&c->dev, peer) != DION_TRANSPORT_NONE) return 1;
+    if (peer >= 0 && peer < c->dev.nranks && dion__peer_transport(&c->dev, peer) != DION_TRANSPORT_NONE)
+        return 1;
     if (leader) {
         dion__err_t e = dion__err(DION_ERR_INVALID_ARG, op, peer);
         e.limit = (uint64_t)c->dev.nranks;
@@ -253,7 +270,7 @@ typedef struct {
     DION_HD void dion__copy_body_##W(T *dst, const T *src, size_t n, uint32_t r, uint32_t g)                 \
     {                                                                                                        \
         size_t i = r;                                                                                        \
-        for (; i + (size_t)(DION__COPY_UNROLL - 1) * g < n; i += (size_t)DION__COPY_UNROLL * g) {           \
+        for (; i + (size_t)(DION__COPY_UNROLL - 1) * g < n; i += (size_t)DION__COPY_UNROLL * g) {            \
             T t[DION__COPY_UNROLL];                                                                          \
             for (int u = 0; u < DION__COPY_UNROLL; u++) t[u] = src[i + (size_t)u * g];                       \
             for (int u = 0; u < DION__COPY_UNROLL; u++) dst[i + (size_t)u * g] = t[u];                       \
@@ -283,7 +300,11 @@ DION_HD void dion__copy_vec(char *dst, const char *src, size_t n, uint32_t r, ui
         return;
     }
     /* widest access width both pointers allow, as a shift: a 64-bit division would cost more than the copy */
-    unsigned shift = (diff & 15) == 0 ? 4 : (diff & 7) == 0 ? 3 : (diff & 3) == 0 ? 2 : (diff & 1) == 0 ? 1 : 0;
+    unsigned shift = (diff & 15) == 0  ? 4
+                     : (diff & 7) == 0 ? 3
+                     : (diff & 3) == 0 ? 2
+                     : (diff & 1) == 0 ? 1
+                                       : 0;
     size_t w = (size_t)1 << shift;
     size_t head = (w - ((uintptr_t)dst & (w - 1))) & (w - 1);
     if (head > n) head = n;
@@ -294,11 +315,21 @@ DION_HD void dion__copy_vec(char *dst, const char *src, size_t n, uint32_t r, ui
     char *d = dst + head;
     const char *s = src + head;
     switch (shift) {
-    case 4: dion__copy_body_16((dion__v16_t *)d, (const dion__v16_t *)s, body, r, g); break;
-    case 3: dion__copy_body_8((uint64_t *)d, (const uint64_t *)s, body, r, g); break;
-    case 2: dion__copy_body_4((uint32_t *)d, (const uint32_t *)s, body, r, g); break;
-    case 1: dion__copy_body_2((uint16_t *)d, (const uint16_t *)s, body, r, g); break;
-    default: dion__copy_body_1((uint8_t *)d, (const uint8_t *)s, body, r, g); break;
+    case 4:
+        dion__copy_body_16((dion__v16_t *)d, (const dion__v16_t *)s, body, r, g);
+        break;
+    case 3:
+        dion__copy_body_8((uint64_t *)d, (const uint64_t *)s, body, r, g);
+        break;
+    case 2:
+        dion__copy_body_4((uint32_t *)d, (const uint32_t *)s, body, r, g);
+        break;
+    case 1:
+        dion__copy_body_2((uint16_t *)d, (const uint16_t *)s, body, r, g);
+        break;
+    default:
+        dion__copy_body_1((uint8_t *)d, (const uint8_t *)s, body, r, g);
+        break;
     }
 }
 
@@ -309,8 +340,8 @@ DION_HD void dion__copy(char *dst, const char *src, size_t n, uint32_t r, uint32
 #if DION__GPU
     dion__copy_vec(dst, src, n, r, g);
 #else
-    /* CPU mode: contiguous slices, one memcpy each (the threads of a group run one after another on few cores,
-     * so interleaved elements would only add work). */
+    /* CPU mode: contiguous slices, one memcpy each (the threads of a group run one after another on few
+     * cores, so interleaved elements would only add work). */
     size_t part = (n + g - 1) / g, lo = (size_t)r * part;
     if (lo < n) memcpy(dst + lo, src + lo, n - lo < part ? n - lo : part);
 #endif
@@ -321,12 +352,18 @@ DION_HD void dion__copy(char *dst, const char *src, size_t n, uint32_t r, uint32
 DION_HD int dion__cmp_holds(uint64_t v, uint32_t cmp, uint64_t x)
 {
     switch (cmp) {
-    case DION_CMP_EQ: return v == x;
-    case DION_CMP_NE: return v != x;
-    case DION_CMP_GT: return v > x;
-    case DION_CMP_GE: return v >= x;
-    case DION_CMP_LT: return v < x;
-    case DION_CMP_LE: return v <= x;
+    case DION_CMP_EQ:
+        return v == x;
+    case DION_CMP_NE:
+        return v != x;
+    case DION_CMP_GT:
+        return v > x;
+    case DION_CMP_GE:
+        return v >= x;
+    case DION_CMP_LT:
+        return v < x;
+    case DION_CMP_LE:
+        return v <= x;
     }
     return 0;
 }

@@ -62,10 +62,18 @@ DION_HD void dion__p2p_signal(const dion_ctx_t *c, int peer, uint32_t sig, dion_
     /* Release: the target sees the new value only after everything this thread (and what it synchronized
      * with) wrote before. The relaxed forms order nothing and skip the fence. */
     switch (op) {
-    case DION_SIG_SET: dion__st_release(word, value, scope); break;
-    case DION_SIG_ADD: dion__red_add_release(word, value, scope); break;
-    case DION_SIG_SET_RELAXED: dion__st_relaxed(word, value, scope); break;
-    default: dion__atom_add(word, value, scope); break;
+    case DION_SIG_SET:
+        dion__st_release(word, value, scope);
+        break;
+    case DION_SIG_ADD:
+        dion__red_add_release(word, value, scope);
+        break;
+    case DION_SIG_SET_RELAXED:
+        dion__st_relaxed(word, value, scope);
+        break;
+    default:
+        dion__atom_add(word, value, scope);
+        break;
     }
 }
 
@@ -75,14 +83,17 @@ DION_HD uint64_t dion__p2p_fetch_add(const dion_dev_t *d, dion_dwin_t w, int pee
     return dion__atom_add((uint64_t *)(dion__win_base(d, w, peer) + off), value, scope);
 }
 
-DION_HD uint64_t dion__p2p_compare_swap(const dion_dev_t *d, dion_dwin_t w, int peer, size_t off, uint64_t expected,
-                                        uint64_t desired, uint32_t scope)
+DION_HD uint64_t dion__p2p_compare_swap(const dion_dev_t *d, dion_dwin_t w, int peer, size_t off,
+                                        uint64_t expected, uint64_t desired, uint32_t scope)
 {
     return dion__atom_cas((uint64_t *)(dion__win_base(d, w, peer) + off), expected, desired, scope);
 }
 
 /* Stores are performed in order for every observer within scope once the fence completes: this is both
  * fence and quiet on p2p. */
-DION_HD void dion__p2p_quiet(const dion_ctx_t *c) { dion__fence(dion__dev_scope(&c->dev)); }
+DION_HD void dion__p2p_quiet(const dion_ctx_t *c)
+{
+    dion__fence(dion__dev_scope(&c->dev));
+}
 
 #endif /* DION_DEVICE_P2P_CUH */

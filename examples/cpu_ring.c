@@ -30,7 +30,8 @@ static void ring(void *p)
             token = slot[0];
         }
         slot[1] = token + (uint64_t)me;
-        if (me == 0 && k > 1 && token != (k - 1) * (uint64_t)n * (n - 1) / 2) return; /* the sum of all ranks */
+        if (me == 0 && k > 1 && token != (k - 1) * (uint64_t)n * (n - 1) / 2)
+            return; /* the sum of all ranks */
         if (me != 0 || k <= ROUNDS) dion_put_signal(c, a->win, next, 0, a->win, 8, 8, 0, DION_SIG_SET, k);
     }
     if (me == 0 && dion_wait(c, 0, DION_CMP_GE, ROUNDS, NULL) != DION_SUCCESS) return;
@@ -48,7 +49,8 @@ int main(void)
     dion_win_t win;
     dion_dev_t dev;
     dion_dev_attr_t attr = {16, 1, 0, DION_DEV_FLAG_CPU};
-    if (dion_win_alloc(comm, 64, 1, &base, &win) != DION_SUCCESS || dion_dev_create(comm, &attr, &dev) != DION_SUCCESS) {
+    if (dion_win_alloc(comm, 64, 1, &base, &win) != DION_SUCCESS ||
+        dion_dev_create(comm, &attr, &dev) != DION_SUCCESS) {
         fprintf(stderr, "cpu_ring: %s\n", dion_last_error());
         return 1;
     }
@@ -58,7 +60,8 @@ int main(void)
     if (!a.ok || dion_dev_check(comm, &dev) != DION_SUCCESS)
         fprintf(stderr, "cpu_ring: rank %d failed: %s\n", rank, dion_last_error());
     else if (rank == 0)
-        printf("cpu_ring: %d ranks passed the token %d times around the ring; every sum checked\n", n, ROUNDS);
+        printf("cpu_ring: %d ranks passed the token %d times around the ring; every sum checked\n", n,
+               ROUNDS);
     int ok = a.ok;
     dion_dev_destroy(comm, &dev);
     dion_win_destroy(win);

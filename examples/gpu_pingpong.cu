@@ -7,7 +7,7 @@
 #include "dion/dion.h"
 #include "dion/dion_device.cuh"
 
-#define BYTES (64 * 1024)
+#define BYTES  (64 * 1024)
 #define ROUNDS 1000
 
 __global__ void pingpong(dion_dev_t dev, dion_dwin_t win, int *status)
@@ -23,7 +23,8 @@ __global__ void pingpong(dion_dev_t dev, dion_dwin_t win, int *status)
         if (me == 0 || k <= ROUNDS)
             dion_put_signal_block(c, win, peer, BYTES, win, 0, BYTES, 0, DION_SIG_SET, k);
     }
-    if (me == 0 && threadIdx.x == 0 && dion_wait(c, 0, DION_CMP_GE, ROUNDS, NULL) != DION_SUCCESS) *status = 1;
+    if (me == 0 && threadIdx.x == 0 && dion_wait(c, 0, DION_CMP_GE, ROUNDS, NULL) != DION_SUCCESS)
+        *status = 1;
 }
 
 int main(void)

@@ -35,15 +35,23 @@ static inline void bench_parse(int argc, char **argv, bench_opts_t *o)
     o->csv = NULL;
     o->label = "";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tests") && i + 1 < argc) o->tests = argv[++i];
-        else if (!strcmp(argv[i], "--iters") && i + 1 < argc) o->iters = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) o->warmup = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--bw-bytes") && i + 1 < argc) o->bw_bytes = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--csv") && i + 1 < argc) o->csv = argv[++i];
-        else if (!strcmp(argv[i], "--label") && i + 1 < argc) o->label = argv[++i];
+        if (!strcmp(argv[i], "--tests") && i + 1 < argc)
+            o->tests = argv[++i];
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            o->iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc)
+            o->warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bw-bytes") && i + 1 < argc)
+            o->bw_bytes = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
+            o->csv = argv[++i];
+        else if (!strcmp(argv[i], "--label") && i + 1 < argc)
+            o->label = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--tests LIST] [--iters N] [--warmup N] [--bw-bytes N] [--csv FILE] [--label L]\n",
-                    argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--tests LIST] [--iters N] [--warmup N] [--bw-bytes N] [--csv FILE] [--label L]\n",
+                argv[0]);
             exit(2);
         }
     }

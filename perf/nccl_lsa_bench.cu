@@ -12,7 +12,7 @@
 #include "bench_common.h"
 #include "dion/dion.h"
 
-#define PP_DST (8ull << 20)
+#define PP_DST  (8ull << 20)
 #define SIG_OFF (4ull << 20) /* the flag lives in the window, as in NCCL LSA code */
 
 enum { OP_SIGNAL, OP_PS_THREAD, OP_PS_WARP, OP_PS_BLOCK };
@@ -34,15 +34,17 @@ static __device__ __forceinline__ uint64_t now_ns(void)
 }
 
 /* int4 body with a byte tail, split over the group: what LSA user code typically writes. */
-static __device__ __forceinline__ void group_copy(char *dst, const char *src, size_t bytes, uint32_t r, uint32_t g)
+static __device__ __forceinline__ void group_copy(char *dst, const char *src, size_t bytes, uint32_t r,
+                                                  uint32_t g)
 {
     size_t n16 = bytes / 16;
     for (size_t i = r; i < n16; i += g) ((int4 *)dst)[i] = ((const int4 *)src)[i];
     for (size_t i = n16 * 16 + r; i < bytes; i += g) dst[i] = src[i];
 }
 
-__global__ void __launch_bounds__(1024, 1) pingpong(ncclWindow_t win, ncclDevComm dc, size_t bytes, int op, int iters, int warmup, uint64_t base,
-                         unsigned long long *out)
+__global__ void __launch_bounds__(1024, 1)
+    pingpong(ncclWindow_t win, ncclDevComm dc, size_t bytes, int op, int iters, int warmup, uint64_t base,
+             unsigned long long *out)
 {
     const int me = dc.rank, peer = me ^ 1, initiator = me == 0;
     const uint32_t tid = threadIdx.x;
@@ -69,8 +71,10 @@ __global__ void __launch_bounds__(1024, 1) pingpong(ncclWindow_t win, ncclDevCom
                 if (tid == 0)
                     while (mysig.load(cuda::memory_order_acquire) != v) {
                     }
-                if (op == OP_PS_BLOCK) __syncthreads();
-                else if (op == OP_PS_WARP && tid < 32) __syncwarp();
+                if (op == OP_PS_BLOCK)
+                    __syncthreads();
+                else if (op == OP_PS_WARP && tid < 32)
+                    __syncwarp();
             }
         }
     }
@@ -181,7 +185,8 @@ int main(int argc, char **argv)
                     break;
                 }
         }
-        if (rank == 0) bench_row(&o, "nccl_lsa", pc.test, pc.group, pc.bytes, "oneway_us", (double)t / iters / 2 / 1000);
+        if (rank == 0)
+            bench_row(&o, "nccl_lsa", pc.test, pc.group, pc.bytes, "oneway_us", (double)t / iters / 2 / 1000);
     }
     if (want_bw) {
         size_t total = (size_t)o.bw_bytes;
@@ -203,7 +208,8 @@ int main(int argc, char **argv)
             std::sort(ms.begin(), ms.end());
             bench_row(&o, "nccl_lsa", "put_bw", "block", (long long)total, "GBps_median",
                       total / (ms[ms.size() / 2] * 1e-3) / 1e9);
-            bench_row(&o, "nccl_lsa", "put_bw", "block", (long long)total, "GBps_best", total / (ms[0] * 1e-3) / 1e9);
+            bench_row(&o, "nccl_lsa", "put_bw", "block", (long long)total, "GBps_best",
+                      total / (ms[0] * 1e-3) / 1e9);
         }
         dion_comm_barrier(dcomm);
     }

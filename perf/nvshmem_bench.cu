@@ -22,8 +22,8 @@ static __device__ __forceinline__ uint64_t now_ns(void)
     return t;
 }
 
-__global__ void __launch_bounds__(1024, 1) pingpong(char *buf, uint64_t *sig, size_t bytes, int op, int iters, int warmup, uint64_t base,
-                         unsigned long long *out)
+__global__ void __launch_bounds__(1024, 1) pingpong(char *buf, uint64_t *sig, size_t bytes, int op, int iters,
+                                                    int warmup, uint64_t base, unsigned long long *out)
 {
     const int me = nvshmem_my_pe(), peer = me ^ 1, initiator = me == 0;
     const uint32_t tid = threadIdx.x;
@@ -38,18 +38,24 @@ __global__ void __launch_bounds__(1024, 1) pingpong(char *buf, uint64_t *sig, si
                     if (tid == 0) nvshmemx_signal_op(sig, v, NVSHMEM_SIGNAL_SET, peer);
                     break;
                 case OP_PS_THREAD:
-                    if (tid == 0) nvshmem_putmem_signal_nbi(buf + PP_DST, buf, bytes, sig, v, NVSHMEM_SIGNAL_SET, peer);
+                    if (tid == 0)
+                        nvshmem_putmem_signal_nbi(buf + PP_DST, buf, bytes, sig, v, NVSHMEM_SIGNAL_SET, peer);
                     break;
                 case OP_PS_WARP:
                     if (tid < 32)
-                        nvshmemx_putmem_signal_nbi_warp(buf + PP_DST, buf, bytes, sig, v, NVSHMEM_SIGNAL_SET, peer);
+                        nvshmemx_putmem_signal_nbi_warp(buf + PP_DST, buf, bytes, sig, v, NVSHMEM_SIGNAL_SET,
+                                                        peer);
                     break;
-                default: nvshmemx_putmem_signal_nbi_block(buf + PP_DST, buf, bytes, sig, v, NVSHMEM_SIGNAL_SET, peer);
+                default:
+                    nvshmemx_putmem_signal_nbi_block(buf + PP_DST, buf, bytes, sig, v, NVSHMEM_SIGNAL_SET,
+                                                     peer);
                 }
             } else {
                 if (tid == 0) nvshmem_signal_wait_until(sig, NVSHMEM_CMP_EQ, v);
-                if (op == OP_PS_BLOCK) __syncthreads();
-                else if (op == OP_PS_WARP && tid < 32) __syncwarp();
+                if (op == OP_PS_BLOCK)
+                    __syncthreads();
+                else if (op == OP_PS_WARP && tid < 32)
+                    __syncwarp();
             }
         }
     }
@@ -66,13 +72,16 @@ __global__ void put_bw(char *buf, size_t total, size_t chunk, size_t dst_base, i
     if (threadIdx.x == 0) nvshmem_quiet();
 }
 
-__global__ void __launch_bounds__(1024, 1) completion(char *buf, size_t bytes, int group, int iters, int warmup, unsigned long long *out)
+__global__ void __launch_bounds__(1024, 1)
+    completion(char *buf, size_t bytes, int group, int iters, int warmup, unsigned long long *out)
 {
     uint64_t t0 = 0;
     for (int i = 0; i < warmup + iters; i++) {
         if (i == warmup) t0 = now_ns();
-        if (group == 2) nvshmemx_putmem_nbi_block(buf + PP_DST, buf, bytes, 1);
-        else if (threadIdx.x == 0) nvshmem_putmem_nbi(buf + PP_DST, buf, bytes, 1);
+        if (group == 2)
+            nvshmemx_putmem_nbi_block(buf + PP_DST, buf, bytes, 1);
+        else if (threadIdx.x == 0)
+            nvshmem_putmem_nbi(buf + PP_DST, buf, bytes, 1);
         if (group == 2) __syncthreads();
         if (threadIdx.x == 0) nvshmem_quiet();
         if (group == 2) __syncthreads();
@@ -189,7 +198,8 @@ int main(int argc, char **argv)
         unsigned long long t;
         BENCH_CHECK_CUDA(cudaMemcpy(&t, out, 8, cudaMemcpyDeviceToHost));
         if (active && pc.bytes) failures += check_landed(buf, PP_DST, 0, (size_t)pc.bytes, peer, pc.test);
-        if (rank == 0) bench_row(&o, "nvshmem", pc.test, pc.group, pc.bytes, "oneway_us", (double)t / iters / 2 / 1000);
+        if (rank == 0)
+            bench_row(&o, "nvshmem", pc.test, pc.group, pc.bytes, "oneway_us", (double)t / iters / 2 / 1000);
     }
 
     if (want_bw) {
@@ -214,10 +224,12 @@ int main(int argc, char **argv)
             std::sort(ms.begin(), ms.end());
             bench_row(&o, "nvshmem", "put_bw", "block", (long long)total, "GBps_median",
                       total / (ms[ms.size() / 2] * 1e-3) / 1e9);
-            bench_row(&o, "nvshmem", "put_bw", "block", (long long)total, "GBps_best", total / (ms[0] * 1e-3) / 1e9);
+            bench_row(&o, "nvshmem", "put_bw", "block", (long long)total, "GBps_best",
+                      total / (ms[0] * 1e-3) / 1e9);
         }
         nvshmem_barrier_all();
-        if (rank == 1) failures += check_landed(buf, total + total - 65536, total - 65536, 65536, 0, "put_bw tail");
+        if (rank == 1)
+            failures += check_landed(buf, total + total - 65536, total - 65536, 65536, 0, "put_bw tail");
     }
 
     if (bench_wants(&o, "completion")) {

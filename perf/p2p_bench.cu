@@ -18,13 +18,13 @@ enum {
     OP_PS_THREAD,
     OP_PS_WARP,
     OP_PS_BLOCK,
-    REF_VOLATILE,     /* st.volatile / ld.volatile flag, no data */
-    REF_RELAXED,      /* st.relaxed / ld.relaxed flag, no data */
-    REF_RELEASE,      /* st.release / ld.acquire flag, no data: what a release signal costs by hand */
-    REF_PS_UNORDERED, /* 8 B data store then a relaxed flag: no ordering, a lower bound only */
-    REF_PS_TABLE,     /* ordered 8 B put_signal by hand, window bases loaded from the table (ld.global) */
-    REF_PS_TABLE_NC,  /* the same, table loaded through the read-only path (ld.global.nc) */
-    REF_PS_PARAM,     /* the same, window bases passed as kernel parameters: no table load at all */
+    REF_VOLATILE,      /* st.volatile / ld.volatile flag, no data */
+    REF_RELAXED,       /* st.relaxed / ld.relaxed flag, no data */
+    REF_RELEASE,       /* st.release / ld.acquire flag, no data: what a release signal costs by hand */
+    REF_PS_UNORDERED,  /* 8 B data store then a relaxed flag: no ordering, a lower bound only */
+    REF_PS_TABLE,      /* ordered 8 B put_signal by hand, window bases loaded from the table (ld.global) */
+    REF_PS_TABLE_NC,   /* the same, table loaded through the read-only path (ld.global.nc) */
+    REF_PS_PARAM,      /* the same, window bases passed as kernel parameters: no table load at all */
     OP_SIGNAL_RELAXED, /* dion_signal with DION_SIG_SET_RELAXED */
     REF_PS_LIBWAIT,    /* REF_PS_PARAM, but waiting with dion_wait */
     REF_PS_LIBSIGNAL,  /* REF_PS_PARAM, but signalling with dion_signal */
@@ -38,13 +38,19 @@ static __device__ __forceinline__ char *ld_nc_ptr(char *const *p)
     return (char *)v;
 }
 
-static __device__ __forceinline__ uint64_t bench_now(void) { return dion__time_ns(); }
+static __device__ __forceinline__ uint64_t bench_now(void)
+{
+    return dion__time_ns();
+}
 
 static __device__ __forceinline__ void ref_store(uint64_t *p, uint64_t v, int op, uint32_t scope)
 {
-    if (op == REF_VOLATILE) *(volatile uint64_t *)p = v;
-    else if (op == REF_RELEASE) dion__st_release(p, v, scope);
-    else dion__st_relaxed(p, v, scope);
+    if (op == REF_VOLATILE)
+        *(volatile uint64_t *)p = v;
+    else if (op == REF_RELEASE)
+        dion__st_release(p, v, scope);
+    else
+        dion__st_relaxed(p, v, scope);
 }
 
 static __device__ __forceinline__ void ref_wait(const uint64_t *p, uint64_t v, int op, uint32_t scope)
@@ -108,19 +114,24 @@ __global__ void __launch_bounds__(op == OP_PS_BLOCK ? 1024 : 32, 1)
                         } else if (op == REF_PS_TABLE) {
                             dst = dion__win_peer(win, peer)->base, src = dion__win_peer(win, me)->base;
                         } else {
-                            dst = ld_nc_ptr(&dion__win_peer(win, peer)->base), src = ld_nc_ptr(&dion__win_peer(win, me)->base);
+                            dst = ld_nc_ptr(&dion__win_peer(win, peer)->base),
+                            src = ld_nc_ptr(&dion__win_peer(win, me)->base);
                         }
                         *(uint64_t *)(dst + PP_DST) = *(const uint64_t *)(src + PP_SRC);
                         dion__st_release(peersig, v, scope);
                     }
                     break;
                 case OP_PS_THREAD:
-                    if (tid == 0) dion_put_signal(c, win, peer, PP_DST, win, PP_SRC, bytes, 0, DION_SIG_SET, v);
+                    if (tid == 0)
+                        dion_put_signal(c, win, peer, PP_DST, win, PP_SRC, bytes, 0, DION_SIG_SET, v);
                     break;
                 case OP_PS_WARP:
-                    if (tid < 32) dion_put_signal_warp(c, win, peer, PP_DST, win, PP_SRC, bytes, 0, DION_SIG_SET, v);
+                    if (tid < 32)
+                        dion_put_signal_warp(c, win, peer, PP_DST, win, PP_SRC, bytes, 0, DION_SIG_SET, v);
                     break;
-                case OP_PS_BLOCK: dion_put_signal_block(c, win, peer, PP_DST, win, PP_SRC, bytes, 0, DION_SIG_SET, v); break;
+                case OP_PS_BLOCK:
+                    dion_put_signal_block(c, win, peer, PP_DST, win, PP_SRC, bytes, 0, DION_SIG_SET, v);
+                    break;
                 case REF_PS_UNORDERED:
                     if (tid == 0) {
                         char *dst = dion__win_peer(win, peer)->base + PP_DST;
@@ -139,22 +150,30 @@ __global__ void __launch_bounds__(op == OP_PS_BLOCK ? 1024 : 32, 1)
                             return; /* the host sees the error record too */
                         }
                     } else {
-                        ref_wait(mysig, v, op == REF_PS_UNORDERED ? REF_RELAXED : op >= REF_PS_TABLE ? REF_RELEASE : op, scope);
+                        ref_wait(mysig, v,
+                                 op == REF_PS_UNORDERED ? REF_RELAXED
+                                 : op >= REF_PS_TABLE   ? REF_RELEASE
+                                                        : op,
+                                 scope);
                     }
                 }
-                if (op == OP_PS_BLOCK) __syncthreads();
-                else if (op == OP_PS_WARP && tid < 32) __syncwarp();
+                if (op == OP_PS_BLOCK)
+                    __syncthreads();
+                else if (op == OP_PS_WARP && tid < 32)
+                    __syncwarp();
             }
         }
     }
     if (tid == 0 && initiator) out[0] = bench_now() - t0;
 }
 
-static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win, size_t bytes, int iters, int warmup,
-                            uint64_t base, unsigned long long *out, char *pdst, char *psrc)
+static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win, size_t bytes, int iters,
+                            int warmup, uint64_t base, unsigned long long *out, char *pdst, char *psrc)
 {
 #define PP_CASE(o)                                                                                           \
-    case o: pingpong<o><<<1, threads>>>(dev, win, bytes, iters, warmup, base, out, pdst, psrc); break
+    case o:                                                                                                  \
+        pingpong<o><<<1, threads>>>(dev, win, bytes, iters, warmup, base, out, pdst, psrc);                  \
+        break
     switch (op) {
         PP_CASE(OP_SIGNAL);
         PP_CASE(OP_PS_THREAD);
@@ -202,8 +221,10 @@ __global__ void __launch_bounds__(group == 2 ? 1024 : 32, 1)
     uint64_t t0 = 0;
     for (int i = 0; i < warmup + iters; i++) {
         if (i == warmup) t0 = bench_now();
-        if (group == 2) dion_put_block(c, win, 1, PP_DST, win, PP_SRC, bytes);
-        else if (threadIdx.x == 0) dion_put(c, win, 1, PP_DST, win, PP_SRC, bytes);
+        if (group == 2)
+            dion_put_block(c, win, 1, PP_DST, win, PP_SRC, bytes);
+        else if (threadIdx.x == 0)
+            dion_put(c, win, 1, PP_DST, win, PP_SRC, bytes);
         if (threadIdx.x == 0) dion_quiet(c);
         if (group == 2) __syncthreads();
     }
@@ -238,7 +259,10 @@ __global__ void fill(char *p, size_t n, int rank)
         p[i] = (char)(rank * 37 + i * 13 + (i >> 8));
 }
 
-static unsigned char expect_byte(int rank, size_t i) { return (unsigned char)(rank * 37 + i * 13 + (i >> 8)); }
+static unsigned char expect_byte(int rank, size_t i)
+{
+    return (unsigned char)(rank * 37 + i * 13 + (i >> 8));
+}
 
 static dion_comm_t comm;
 static int nranks_;
@@ -256,7 +280,8 @@ static int rank_;
     do {                                                                                                     \
         dion_status_t s_ = (call);                                                                           \
         if (s_ != DION_SUCCESS) {                                                                            \
-            fprintf(stderr, "FAIL rank %d: %s: %s: %s\n", rank_, #call, dion_status_string(s_), dion_last_error()); \
+            fprintf(stderr, "FAIL rank %d: %s: %s: %s\n", rank_, #call, dion_status_string(s_),              \
+                    dion_last_error());                                                                      \
             exit(1);                                                                                         \
         }                                                                                                    \
     } while (0)
@@ -268,8 +293,8 @@ static int check_landed(char *base, size_t dst, size_t src_off, size_t bytes, in
     BENCH_CHECK_CUDA(cudaMemcpy(h.data(), base + dst, bytes, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < bytes; i++)
         if (h[i] != expect_byte(peer, src_off + i)) {
-            fprintf(stderr, "FAIL rank %d: %s: byte %zu of %zu did not arrive (0x%02x, expected 0x%02x)\n", rank_, what,
-                    i, bytes, h[i], expect_byte(peer, src_off + i));
+            fprintf(stderr, "FAIL rank %d: %s: byte %zu of %zu did not arrive (0x%02x, expected 0x%02x)\n",
+                    rank_, what, i, bytes, h[i], expect_byte(peer, src_off + i));
             return 1;
         }
     return 0;
@@ -310,8 +335,8 @@ int main(int argc, char **argv)
     spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     if (rank_ == 0)
-        printf("# DION p2p bench: %d ranks, GPU %s (%d SMs), %s, iters %d\n", nranks_, prop.name, prop.multiProcessorCount,
-               (dev.flags & DION_DEVF_SYS) ? "system scope" : "GPU scope", o.iters);
+        printf("# DION p2p bench: %d ranks, GPU %s (%d SMs), %s, iters %d\n", nranks_, prop.name,
+               prop.multiProcessorCount, (dev.flags & DION_DEVF_SYS) ? "system scope" : "GPU scope", o.iters);
     int failures = 0;
     uint64_t base_value = 0;
 
@@ -366,7 +391,8 @@ int main(int argc, char **argv)
         }
         if (active && pc.bytes && pc.op != REF_PS_UNORDERED)
             failures += check_landed(base, PP_DST, PP_SRC, (size_t)pc.bytes, peer, pc.test);
-        if (rank_ == 0) bench_row(&o, "dion", pc.test, pc.group, pc.bytes, "oneway_us", (double)r[0] / iters / 2 / 1000);
+        if (rank_ == 0)
+            bench_row(&o, "dion", pc.test, pc.group, pc.bytes, "oneway_us", (double)r[0] / iters / 2 / 1000);
     }
 
     /* ---- bandwidth ---- */
@@ -386,9 +412,11 @@ int main(int argc, char **argv)
                 cudaEventCreate(&b);
                 for (int rep = 0; rep < 6; rep++) {
                     cudaEventRecord(a);
-                    if (kind == 0) put_bw<<<blocks, threads>>>(dev, dwin, total, chunk, total, 1);
+                    if (kind == 0)
+                        put_bw<<<blocks, threads>>>(dev, dwin, total, chunk, total, 1);
                     else
-                        ref_copy_bw<<<blocks, threads>>>((const int4 *)base, (int4 *)(peer_base + total), total / 16);
+                        ref_copy_bw<<<blocks, threads>>>((const int4 *)base, (int4 *)(peer_base + total),
+                                                         total / 16);
                     cudaEventRecord(b);
                     BENCH_CHECK_CUDA(cudaEventSynchronize(b));
                     float t;
@@ -410,8 +438,10 @@ int main(int argc, char **argv)
                 std::sort(ms.begin(), ms.end());
                 double med = ms[ms.size() / 2], best = ms[0];
                 const char *name = kind == 0 ? "put_bw" : "ref_copy_bw";
-                bench_row(&o, "dion", name, "block", (long long)total, "GBps_median", total / (med * 1e-3) / 1e9);
-                bench_row(&o, "dion", name, "block", (long long)total, "GBps_best", total / (best * 1e-3) / 1e9);
+                bench_row(&o, "dion", name, "block", (long long)total, "GBps_median",
+                          total / (med * 1e-3) / 1e9);
+                bench_row(&o, "dion", name, "block", (long long)total, "GBps_best",
+                          total / (best * 1e-3) / 1e9);
             }
         }
     }
@@ -425,8 +455,10 @@ int main(int argc, char **argv)
                 int iters = b >= 65536 ? o.iters / 10 : o.iters;
                 OK(dion_comm_barrier(comm));
                 if (rank_ == 0) {
-                    if (group == 2) completion<2><<<1, 1024>>>(dev, dwin, (size_t)b, iters, iters / 10, out);
-                    else completion<0><<<1, 1>>>(dev, dwin, (size_t)b, iters, iters / 10, out);
+                    if (group == 2)
+                        completion<2><<<1, 1024>>>(dev, dwin, (size_t)b, iters, iters / 10, out);
+                    else
+                        completion<0><<<1, 1>>>(dev, dwin, (size_t)b, iters, iters / 10, out);
                     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
                     unsigned long long t;
                     BENCH_CHECK_CUDA(cudaMemcpy(&t, out, 8, cudaMemcpyDeviceToHost));
@@ -458,7 +490,8 @@ int main(int argc, char **argv)
             }
             std::sort(ms.begin(), ms.end());
             double ops = (double)blocks * threads * per;
-            bench_row(&o, "dion", "put8_msgrate", "thread", 8, "Mops_median", ops / (ms[ms.size() / 2] * 1e-3) / 1e6);
+            bench_row(&o, "dion", "put8_msgrate", "thread", 8, "Mops_median",
+                      ops / (ms[ms.size() / 2] * 1e-3) / 1e6);
         }
         OK(dion_comm_barrier(comm));
     }

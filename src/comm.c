@@ -8,7 +8,8 @@
 
 dion_status_t dion__comm_check(dion_comm_t comm, const char *fn)
 {
-    if (!comm) return dion__error(DION_ERR_INVALID_ARG, "%s: comm is NULL; create it with dion_comm_init_*", fn);
+    if (!comm)
+        return dion__error(DION_ERR_INVALID_ARG, "%s: comm is NULL; create it with dion_comm_init_*", fn);
     return DION_SUCCESS;
 }
 
@@ -40,8 +41,8 @@ static dion_status_t dion__comm_gpu(dion_comm_t c, dion__rank_info_t *me)
     }
     if (count == 0) return DION_SUCCESS;
     if (want >= count)
-        return dion__error(DION_ERR_INVALID_ARG, "DION_DEVICE=%lld but this process sees %d GPU(s) (0..%d)", want, count,
-                           count - 1);
+        return dion__error(DION_ERR_INVALID_ARG, "DION_DEVICE=%lld but this process sees %d GPU(s) (0..%d)",
+                           want, count, count - 1);
     if (want >= 0) DION_CUDA_TRY(cudaSetDevice((int)want));
     int dev = 0;
     DION_CUDA_TRY(cudaGetDevice(&dev));
@@ -49,7 +50,8 @@ static dion_status_t dion__comm_gpu(dion_comm_t c, dion__rank_info_t *me)
     DION_CUDA_TRY(cudaGetDeviceProperties(&prop, dev));
     me->cuda_device = dev;
     memcpy(me->gpu_uuid, prop.uuid.bytes, 16);
-    me->gpu_pci = (uint32_t)prop.pciDomainID << 16 | (uint32_t)prop.pciBusID << 8 | (uint32_t)prop.pciDeviceID;
+    me->gpu_pci =
+        (uint32_t)prop.pciDomainID << 16 | (uint32_t)prop.pciBusID << 8 | (uint32_t)prop.pciDeviceID;
     c->cuda_device = dev;
     return DION_SUCCESS;
 }
@@ -60,11 +62,11 @@ dion_status_t dion_comm_init_rank(dion_comm_t *comm, int nranks, const dion_uniq
     if (!comm) return dion__error(DION_ERR_INVALID_ARG, "dion_comm_init_rank: comm is NULL");
     *comm = NULL;
     if (nranks < 1 || nranks > DION__MAX_RANKS)
-        return dion__error(DION_ERR_INVALID_ARG, "dion_comm_init_rank: nranks=%d; it must lie in [1, %d]", nranks,
-                           DION__MAX_RANKS);
+        return dion__error(DION_ERR_INVALID_ARG, "dion_comm_init_rank: nranks=%d; it must lie in [1, %d]",
+                           nranks, DION__MAX_RANKS);
     if (rank < 0 || rank >= nranks)
-        return dion__error(DION_ERR_INVALID_ARG, "dion_comm_init_rank: rank=%d; it must lie in [0, nranks-1=%d]", rank,
-                           nranks - 1);
+        return dion__error(DION_ERR_INVALID_ARG,
+                           "dion_comm_init_rank: rank=%d; it must lie in [0, nranks-1=%d]", rank, nranks - 1);
     if (!id) return dion__error(DION_ERR_INVALID_ARG, "dion_comm_init_rank: id is NULL");
     dion__uid_t u;
     dion_status_t st = dion__uid_decode(id, &u);
@@ -131,8 +133,14 @@ dion_status_t dion_comm_init_env(dion_comm_t *comm)
     return st;
 }
 
-int dion_comm_rank(dion_comm_t comm) { return comm ? comm->rank : -1; }
-int dion_comm_size(dion_comm_t comm) { return comm ? comm->nranks : -1; }
+int dion_comm_rank(dion_comm_t comm)
+{
+    return comm ? comm->rank : -1;
+}
+int dion_comm_size(dion_comm_t comm)
+{
+    return comm ? comm->nranks : -1;
+}
 
 dion_status_t dion_comm_barrier(dion_comm_t comm)
 {
@@ -149,8 +157,8 @@ dion_status_t dion_comm_allgather(dion_comm_t comm, const void *mine, size_t byt
     dion_status_t st = dion__comm_check(comm, "dion_comm_allgather");
     if (st != DION_SUCCESS) return st;
     if (bytes && (!mine || !all))
-        return dion__error(DION_ERR_INVALID_ARG, "dion_comm_allgather: %s is NULL with bytes=%zu", mine ? "all" : "mine",
-                           bytes);
+        return dion__error(DION_ERR_INVALID_ARG, "dion_comm_allgather: %s is NULL with bytes=%zu",
+                           mine ? "all" : "mine", bytes);
     pthread_mutex_lock(&comm->lock);
     st = dion__boot_allgather(comm->boot, mine, bytes, all);
     pthread_mutex_unlock(&comm->lock);
@@ -164,7 +172,8 @@ dion_status_t dion_comm_bcast(dion_comm_t comm, void *buf, size_t bytes, int roo
     if (root < 0 || root >= comm->nranks)
         return dion__error(DION_ERR_INVALID_ARG, "dion_comm_bcast: root=%d; it must lie in [0, %d]", root,
                            comm->nranks - 1);
-    if (bytes && !buf) return dion__error(DION_ERR_INVALID_ARG, "dion_comm_bcast: buf is NULL with bytes=%zu", bytes);
+    if (bytes && !buf)
+        return dion__error(DION_ERR_INVALID_ARG, "dion_comm_bcast: buf is NULL with bytes=%zu", bytes);
     pthread_mutex_lock(&comm->lock);
     st = dion__boot_bcast(comm->boot, buf, bytes, root);
     pthread_mutex_unlock(&comm->lock);
@@ -189,10 +198,11 @@ dion_status_t dion_comm_destroy(dion_comm_t comm)
     if (!comm) return DION_SUCCESS;
     dion__watchdog_stop(comm);
     if (comm->live_windows || comm->devs)
-        DION_LOG(DION_LOG_WARN,
-                 "dion_comm_destroy: %d window(s) and %s device handle(s) still exist; destroy them first (their "
-                 "memory stays mapped until the process exits)",
-                 comm->live_windows, comm->devs ? "some" : "no");
+        DION_LOG(
+            DION_LOG_WARN,
+            "dion_comm_destroy: %d window(s) and %s device handle(s) still exist; destroy them first (their "
+            "memory stays mapped until the process exits)",
+            comm->live_windows, comm->devs ? "some" : "no");
     dion__win_free_zombies(comm);
     dion__boot_destroy(comm->boot);
     if (comm->ux_fd >= 0) close(comm->ux_fd);

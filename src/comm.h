@@ -20,24 +20,25 @@ typedef struct {
 } dion__rank_info_t;
 
 struct dion__devh; /* dev.c */
-struct dion_win;    /* win.c */
+struct dion_win;   /* win.c */
 
 struct dion_comm {
     int rank, nranks;
     uint64_t job; /* from the unique id: names this job's local sockets */
     dion__boot_t *boot;
-    pthread_mutex_t lock; /* serializes host calls that use the bootstrap */
+    pthread_mutex_t lock;    /* serializes host calls that use the bootstrap */
     dion__rank_info_t *info; /* [nranks] */
     int local_rank, local_size;
     int cuda_device; /* -1: none */
     int ux_fd;       /* Unix datagram socket for passing file descriptors to local ranks; -1 until needed */
     uint32_t next_win_id;
     int live_windows;
-    struct dion_win *wins;   /* live windows in registration order */
-    void **zombie_tables;    /* tables of destroyed windows still named by a handle's slot; freed with the comm */
+    struct dion_win *wins; /* live windows in registration order */
+    void *
+        *zombie_tables; /* tables of destroyed windows still named by a handle's slot; freed with the comm */
     int nzombies;
-    int host_windows; /* windows whose memory on this rank is host memory */
-    struct dion__devh *devs; /* device handles of this comm */
+    int host_windows;          /* windows whose memory on this rank is host memory */
+    struct dion__devh *devs;   /* device handles of this comm */
     pthread_mutex_t devs_lock; /* guards devs against the watchdog */
     pthread_t watchdog;
     int watchdog_running;
@@ -47,12 +48,16 @@ struct dion_comm {
 };
 
 /* Same node as this rank? */
-static inline int dion__comm_is_local(const struct dion_comm *c, int r) { return c->info[r].host_key == c->info[c->rank].host_key; }
+static inline int dion__comm_is_local(const struct dion_comm *c, int r)
+{
+    return c->info[r].host_key == c->info[c->rank].host_key;
+}
 
 dion_status_t dion__comm_check(dion_comm_t comm, const char *fn);
 
 /* Passing file descriptors to local ranks (fdpass.c): every local rank sends its fd to every other local rank
- * and receives theirs. fds_out[r] is -1 for non-local ranks and this rank. tag distinguishes concurrent uses. */
+ * and receives theirs. fds_out[r] is -1 for non-local ranks and this rank. tag distinguishes concurrent uses.
+ */
 dion_status_t dion__fd_exchange(dion_comm_t comm, uint32_t tag, int my_fd, int *fds_out);
 
 /* Windows (win.c): fills the handle's window slots from the live windows, oldest first. */

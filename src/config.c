@@ -17,7 +17,8 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "writes an error record instead of touching memory.",
      NULL},
     {"DION_STATS", DION_CFG_BOOL, "0", NULL,
-     "1: device calls count operations per context (dion_dev_stats). Off by default: counting costs an atomic "
+     "1: device calls count operations per context (dion_dev_stats). Off by default: counting costs an "
+     "atomic "
      "per operation.",
      NULL},
     {"DION_WATCHDOG_INTERVAL", DION_CFG_DURATION, "100ms", NULL,
@@ -72,12 +73,14 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"DION_LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node, set by dionrun; informative.", NULL},
     /* read from launchers */
     {"OMPI_COMM_WORLD_RANK", DION_CFG_INT, NULL, NULL, "Rank under Open MPI's mpirun.", "launcher"},
-    {"OMPI_COMM_WORLD_SIZE", DION_CFG_INT, NULL, NULL, "Number of ranks under Open MPI's mpirun.", "launcher"},
+    {"OMPI_COMM_WORLD_SIZE", DION_CFG_INT, NULL, NULL, "Number of ranks under Open MPI's mpirun.",
+     "launcher"},
     {"OMPI_COMM_WORLD_LOCAL_SIZE", DION_CFG_INT, NULL, NULL,
      "Ranks on this node under Open MPI; decides whether a rendezvous file can be used.", "launcher"},
-    {"OMPI_COMM_WORLD_LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under Open MPI.", "launcher"},
-    {"PMIX_NAMESPACE", DION_CFG_STRING, NULL, NULL, "Job id under Open MPI (PMIx): names the rendezvous file.",
+    {"OMPI_COMM_WORLD_LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under Open MPI.",
      "launcher"},
+    {"PMIX_NAMESPACE", DION_CFG_STRING, NULL, NULL,
+     "Job id under Open MPI (PMIx): names the rendezvous file.", "launcher"},
     {"OMPI_MCA_ess_base_jobid", DION_CFG_STRING, NULL, NULL,
      "Job id under Open MPI without PMIx: names the rendezvous file.", "launcher"},
     {"SLURM_PROCID", DION_CFG_INT, NULL, NULL, "Rank under srun.", "launcher"},
@@ -92,13 +95,14 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under torchrun.", "launcher"},
     {"MASTER_ADDR", DION_CFG_STRING, NULL, NULL, "torchrun's rendezvous host; DION's root runs there.",
      "launcher"},
-    {"MASTER_PORT", DION_CFG_INT, NULL, NULL, "torchrun's store port; DION listens on it plus DION_ROOT_PORT_OFFSET.",
-     "launcher"},
+    {"MASTER_PORT", DION_CFG_INT, NULL, NULL,
+     "torchrun's store port; DION listens on it plus DION_ROOT_PORT_OFFSET.", "launcher"},
     {"TORCHELASTIC_RUN_ID", DION_CFG_STRING, NULL, NULL, "torchrun's job id: seeds the default secret.",
      "launcher"},
     /* dionrun */
     {"CUDA_VISIBLE_DEVICES", DION_CFG_STRING, NULL, NULL,
-     "dionrun counts the GPUs it hands out from this list when set (else from the driver's list).", "dionrun"},
+     "dionrun counts the GPUs it hands out from this list when set (else from the driver's list).",
+     "dionrun"},
     {"CUDA_MPS_PIPE_DIRECTORY", DION_CFG_STRING, NULL, NULL,
      "dionrun --mps uses a running MPS daemon found here, else starts its own in a private folder and sets "
      "this for the ranks.",
@@ -118,8 +122,8 @@ const char *dion__cfg_env(const char *name)
 {
     if (!dion__cfg_find(name)) {
         /* A variable missing from the table is a bug of ours: the docs would not mention it. */
-        DION_LOG(DION_LOG_ERROR, "internal: environment variable %s is read but not in the configuration table",
-                 name);
+        DION_LOG(DION_LOG_ERROR,
+                 "internal: environment variable %s is read but not in the configuration table", name);
         return NULL;
     }
     const char *v = getenv(name);
@@ -143,11 +147,12 @@ dion_status_t dion__cfg_int(const char *name, long long min, long long max, long
     long long x = strtoll(v, &end, 10);
     while (end && isspace((unsigned char)*end)) end++;
     if (errno || end == v || (end && *end))
-        return dion__error(DION_ERR_INVALID_ARG, "%s='%s' is not an integer; set it to a whole number in [%lld, %lld]",
-                           name, v, min, max);
+        return dion__error(DION_ERR_INVALID_ARG,
+                           "%s='%s' is not an integer; set it to a whole number in [%lld, %lld]", name, v,
+                           min, max);
     if (x < min || x > max)
-        return dion__error(DION_ERR_INVALID_ARG, "%s=%lld is out of range; it must lie in [%lld, %lld]", name, x, min,
-                           max);
+        return dion__error(DION_ERR_INVALID_ARG, "%s=%lld is out of range; it must lie in [%lld, %lld]", name,
+                           x, min, max);
     *out = x;
     return DION_SUCCESS;
 }
@@ -178,13 +183,20 @@ dion_status_t dion__parse_duration_ns(const char *text, uint64_t *out)
     if (errno || end == text || x < 0) return DION_ERR_INVALID_ARG;
     double mult = 1e9; /* a bare number is seconds */
     if (*end) {
-        if (!strcmp(end, "ns")) mult = 1;
-        else if (!strcmp(end, "us")) mult = 1e3;
-        else if (!strcmp(end, "ms")) mult = 1e6;
-        else if (!strcmp(end, "s")) mult = 1e9;
-        else if (!strcmp(end, "m")) mult = 60e9;
-        else if (!strcmp(end, "h")) mult = 3600e9;
-        else return DION_ERR_INVALID_ARG;
+        if (!strcmp(end, "ns"))
+            mult = 1;
+        else if (!strcmp(end, "us"))
+            mult = 1e3;
+        else if (!strcmp(end, "ms"))
+            mult = 1e6;
+        else if (!strcmp(end, "s"))
+            mult = 1e9;
+        else if (!strcmp(end, "m"))
+            mult = 60e9;
+        else if (!strcmp(end, "h"))
+            mult = 3600e9;
+        else
+            return DION_ERR_INVALID_ARG;
     }
     double ns = x * mult;
     if (ns > 1.8e19) return DION_ERR_INVALID_ARG;
@@ -197,10 +209,11 @@ dion_status_t dion__cfg_duration_ns(const char *name, uint64_t *out)
     const char *v = dion__cfg_str(name);
     if (!v) return DION_ERR_INVALID_ARG;
     if (dion__parse_duration_ns(v, out) != DION_SUCCESS)
-        return dion__error(DION_ERR_INVALID_ARG,
-                           "%s='%s' is not a duration; write a number with a unit (500ms, 30s, 2m; a bare number "
-                           "is seconds)",
-                           name, v);
+        return dion__error(
+            DION_ERR_INVALID_ARG,
+            "%s='%s' is not a duration; write a number with a unit (500ms, 30s, 2m; a bare number "
+            "is seconds)",
+            name, v);
     return DION_SUCCESS;
 }
 
@@ -229,11 +242,16 @@ dion_status_t dion__cfg_enum(const char *name, int *out)
 static const char *dion__cfg_type_name(const dion__cfg_entry_t *e)
 {
     switch (e->type) {
-    case DION_CFG_INT: return "integer";
-    case DION_CFG_BOOL: return "boolean";
-    case DION_CFG_DURATION: return "duration";
-    case DION_CFG_STRING: return "string";
-    case DION_CFG_ENUM: return e->choices;
+    case DION_CFG_INT:
+        return "integer";
+    case DION_CFG_BOOL:
+        return "boolean";
+    case DION_CFG_DURATION:
+        return "duration";
+    case DION_CFG_STRING:
+        return "string";
+    case DION_CFG_ENUM:
+        return e->choices;
     }
     return "?";
 }
@@ -241,10 +259,12 @@ static const char *dion__cfg_type_name(const dion__cfg_entry_t *e)
 void dion__cfg_markdown(FILE *out)
 {
     fprintf(out, "# Configuration\n\n");
-    fprintf(out, "Every environment variable DION reads. This page is generated from the table in `src/config.c` by\n"
-                 "`dion-info --config-markdown`; the test `unit_config_docs` fails when the two differ.\n\n"
-                 "Durations take a unit (`ns`, `us`, `ms`, `s`, `m`, `h`); a bare number is seconds. Booleans are "
-                 "`1`/`0` (also `true`/`false`, `yes`/`no`, `on`/`off`).\n\n");
+    fprintf(
+        out,
+        "Every environment variable DION reads. This page is generated from the table in `src/config.c` by\n"
+        "`dion-info --config-markdown`; the test `unit_config_docs` fails when the two differ.\n\n"
+        "Durations take a unit (`ns`, `us`, `ms`, `s`, `m`, `h`); a bare number is seconds. Booleans are "
+        "`1`/`0` (also `true`/`false`, `yes`/`no`, `on`/`off`).\n\n");
     const char *sections[] = {NULL, "launcher", "dionrun"};
     const char *titles[] = {"Read by libdion", "Read from launchers (set by mpirun, srun or torchrun)",
                             "Read by dionrun"};

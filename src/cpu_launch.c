@@ -26,7 +26,10 @@ typedef struct {
 
 static _Thread_local dion__cpu_thread_t *dion__cpu_me;
 
-const dion_cpu_ids_t *dion__cpu_ids(void) { return dion__cpu_me ? &dion__cpu_me->ids : NULL; }
+const dion_cpu_ids_t *dion__cpu_ids(void)
+{
+    return dion__cpu_me ? &dion__cpu_me->ids : NULL;
+}
 
 void dion__cpu_sync_block(void)
 {
@@ -35,7 +38,8 @@ void dion__cpu_sync_block(void)
 
 void dion__cpu_sync_warp(void)
 {
-    if (dion__cpu_me) pthread_barrier_wait(&dion__cpu_me->blk->warps[dion__cpu_me->ids.thread / DION__WARP_SIZE]);
+    if (dion__cpu_me)
+        pthread_barrier_wait(&dion__cpu_me->blk->warps[dion__cpu_me->ids.thread / DION__WARP_SIZE]);
 }
 
 /* Spinning ranks share few cores in CPU mode: yield early, then sleep. */
@@ -50,7 +54,10 @@ void dion__cpu_pause(uint32_t polls)
     nanosleep(&ts, NULL);
 }
 
-uint64_t dion__cpu_time_ns(void) { return dion__now_ns(); }
+uint64_t dion__cpu_time_ns(void)
+{
+    return dion__now_ns();
+}
 
 static void *dion__cpu_thread_main(void *p)
 {
@@ -64,9 +71,10 @@ DION_API dion_status_t dion_cpu_launch(unsigned grid, unsigned block, void (*fn)
 {
     if (!fn) return dion__error(DION_ERR_INVALID_ARG, "dion_cpu_launch: fn is NULL");
     if (grid == 0 || block == 0 || (unsigned long long)grid * block > DION__CPU_MAX_THREADS)
-        return dion__error(DION_ERR_INVALID_ARG,
-                           "dion_cpu_launch: grid=%u x block=%u threads; both must be >= 1 and the product at most %d",
-                           grid, block, DION__CPU_MAX_THREADS);
+        return dion__error(
+            DION_ERR_INVALID_ARG,
+            "dion_cpu_launch: grid=%u x block=%u threads; both must be >= 1 and the product at most %d", grid,
+            block, DION__CPU_MAX_THREADS);
     size_t total = (size_t)grid * block;
     uint32_t nwarps = (block + DION__WARP_SIZE - 1) / DION__WARP_SIZE;
     dion__cpu_block_t *blocks = calloc(grid, sizeof *blocks);
@@ -82,7 +90,8 @@ DION_API dion_status_t dion_cpu_launch(unsigned grid, unsigned block, void (*fn)
         blocks[b].nwarps = nwarps;
         blocks[b].warps = calloc(nwarps, sizeof *blocks[b].warps);
         for (uint32_t w = 0; w < nwarps; w++) {
-            uint32_t first = w * DION__WARP_SIZE, n = block - first < DION__WARP_SIZE ? block - first : DION__WARP_SIZE;
+            uint32_t first = w * DION__WARP_SIZE,
+                     n = block - first < DION__WARP_SIZE ? block - first : DION__WARP_SIZE;
             pthread_barrier_init(&blocks[b].warps[w], NULL, n);
         }
     }
@@ -100,7 +109,8 @@ DION_API dion_status_t dion_cpu_launch(unsigned grid, unsigned block, void (*fn)
         t->fn = fn;
         t->arg = arg;
         if (pthread_create(&tids[i], &attr, dion__cpu_thread_main, t) != 0) {
-            st = dion__error(DION_ERR_NO_MEMORY, "dion_cpu_launch: could only start %zu of %zu threads", i, total);
+            st = dion__error(DION_ERR_NO_MEMORY, "dion_cpu_launch: could only start %zu of %zu threads", i,
+                             total);
             break;
         }
         started++;

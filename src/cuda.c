@@ -25,7 +25,8 @@ static void dion__cuda_setup(void)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        snprintf(dion__cuda_reason, sizeof dion__cuda_reason, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        snprintf(dion__cuda_reason, sizeof dion__cuda_reason, "%s (%s)", cudaGetErrorString(e),
+                 cudaGetErrorName(e));
         cudaGetLastError();
         n = 0;
     } else if (n == 0) {
@@ -53,9 +54,10 @@ static void dion__cuda_setup(void)
     dion__cu_ok = dion__cu_table.MemRetainAllocationHandle && dion__cu_table.MemGetAddressRange &&
                   dion__cu_table.MemExportToShareableHandle && dion__cu_table.MemImportFromShareableHandle &&
                   dion__cu_table.MemAddressReserve && dion__cu_table.MemMap && dion__cu_table.MemSetAccess &&
-                  dion__cu_table.MemCreate && dion__cu_table.PointerGetAttribute && dion__cu_table.MemRelease &&
-                  dion__cu_table.MemUnmap && dion__cu_table.MemAddressFree &&
-                  dion__cu_table.MemGetAllocationGranularity && dion__cu_table.MemGetAllocationPropertiesFromHandle;
+                  dion__cu_table.MemCreate && dion__cu_table.PointerGetAttribute &&
+                  dion__cu_table.MemRelease && dion__cu_table.MemUnmap && dion__cu_table.MemAddressFree &&
+                  dion__cu_table.MemGetAllocationGranularity &&
+                  dion__cu_table.MemGetAllocationPropertiesFromHandle;
 }
 
 int dion__cuda_device_count(void)

@@ -17,7 +17,7 @@ struct dion__devh {
     size_t table_words;
     dion__mem_import_t *imports; /* [nranks] peers' tables */
     struct dion_dev_peer peers_copy[DION_DEV_INLINE_PEERS];
-    uint64_t **tables;           /* [nranks] every table as mapped here (NULL when unreachable) */
+    uint64_t **tables; /* [nranks] every table as mapped here (NULL when unreachable) */
     struct dion_dev_errors *errors_host;
     uint64_t check_cursor, watch_cursor;
     cudaStream_t stream; /* non-blocking: host reads and abort writes never wait for user kernels */
@@ -25,8 +25,9 @@ struct dion__devh {
 
 static const char *dion__op_name(uint32_t op)
 {
-    static const char *names[] = {"none",   "put",   "put_signal", "signal",    "wait",      "signal_read", "fence",
-                                  "quiet",  "barrier", "get",      "fetch_add", "compare_swap", "ctx"};
+    static const char *names[] = {"none",        "put",          "put_signal", "signal",  "wait",
+                                  "signal_read", "fence",        "quiet",      "barrier", "get",
+                                  "fetch_add",   "compare_swap", "ctx"};
     return op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
@@ -39,33 +40,37 @@ static const char *dion__cmp_name(uint32_t cmp)
 /* One sentence for a device error record. */
 static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
 {
-    int n = snprintf(out, cap, "rank %d block %u thread %u ctx %u: %s: ", r->rank, r->block, r->thread, r->ctx,
-                     dion__op_name(r->op));
+    int n = snprintf(out, cap, "rank %d block %u thread %u ctx %u: %s: ", r->rank, r->block, r->thread,
+                     r->ctx, dion__op_name(r->op));
     if (n < 0 || (size_t)n >= cap) return;
     out += n, cap -= (size_t)n;
     switch (r->status) {
     case DION_ERR_TIMEOUT:
-        snprintf(out, cap,
-                 "timed out after %.3f s: signal %u %s %llu never held (last value %llu); the peer that should "
-                 "signal it did not, or DION_WAIT_TIMEOUT is too short",
-                 (double)r->limit / 1e9, r->sig, dion__cmp_name(r->cmp), (unsigned long long)r->expected,
-                 (unsigned long long)r->observed);
+        snprintf(
+            out, cap,
+            "timed out after %.3f s: signal %u %s %llu never held (last value %llu); the peer that should "
+            "signal it did not, or DION_WAIT_TIMEOUT is too short",
+            (double)r->limit / 1e9, r->sig, dion__cmp_name(r->cmp), (unsigned long long)r->expected,
+            (unsigned long long)r->observed);
         break;
     case DION_ERR_REMOTE_ACCESS:
         snprintf(out, cap,
-                 "to peer %d: offset %llu + %llu bytes lies outside rank %llu's part of the window (%llu bytes)%s; "
+                 "to peer %d: offset %llu + %llu bytes lies outside rank %llu's part of the window (%llu "
+                 "bytes)%s; "
                  "nothing was written",
-                 r->peer, (unsigned long long)r->offset, (unsigned long long)r->bytes, (unsigned long long)r->observed,
-                 (unsigned long long)r->limit,
+                 r->peer, (unsigned long long)r->offset, (unsigned long long)r->bytes,
+                 (unsigned long long)r->observed, (unsigned long long)r->limit,
                  r->expected > 1 ? " or the offset is not 8-byte aligned (atomics need it)" : "");
         break;
     default:
         if (r->op == DION_OP_CTX)
-            snprintf(out, cap, "context index %llu is not below num_contexts=%llu", (unsigned long long)r->observed,
-                     (unsigned long long)r->expected);
-        else if (r->limit && r->sig >= r->limit && (r->op == DION_OP_SIGNAL || r->op == DION_OP_PUT_SIGNAL ||
-                                                    r->op == DION_OP_WAIT || r->op == DION_OP_SIGNAL_READ))
-            snprintf(out, cap, "signal index %u is not below num_signals=%llu", r->sig, (unsigned long long)r->limit);
+            snprintf(out, cap, "context index %llu is not below num_contexts=%llu",
+                     (unsigned long long)r->observed, (unsigned long long)r->expected);
+        else if (r->limit && r->sig >= r->limit &&
+                 (r->op == DION_OP_SIGNAL || r->op == DION_OP_PUT_SIGNAL || r->op == DION_OP_WAIT ||
+                  r->op == DION_OP_SIGNAL_READ))
+            snprintf(out, cap, "signal index %u is not below num_signals=%llu", r->sig,
+                     (unsigned long long)r->limit);
         else if (r->peer < 0 || (r->limit && (uint64_t)r->peer >= r->limit))
             snprintf(out, cap, "peer %d is not a rank in [0, %llu)", r->peer, (unsigned long long)r->limit);
         else if (r->op == DION_OP_WAIT)
@@ -110,13 +115,16 @@ void dion__dev_report_errors(dion_comm_t c)
     pthread_mutex_lock(&c->devs_lock);
     for (struct dion__devh *h = c->devs; h; h = h->next) {
         uint64_t lost = dion__read_records(h, &h->watch_cursor, dion__log_record, NULL);
-        if (lost) DION_LOG(DION_LOG_WARN, "device error ring overflowed: %llu records lost", (unsigned long long)lost);
+        if (lost)
+            DION_LOG(DION_LOG_WARN, "device error ring overflowed: %llu records lost",
+                     (unsigned long long)lost);
     }
     pthread_mutex_unlock(&c->devs_lock);
 }
 
 /* Writes why and who into the control words of every table this rank can reach, its own first. The first
- * reason a word receives stays: an abort must not turn into "peer failed" when the aborting rank then exits. */
+ * reason a word receives stays: an abort must not turn into "peer failed" when the aborting rank then exits.
+ */
 static void dion__devh_abort(struct dion__devh *h, dion_status_t why, int failed_rank)
 {
     dion_comm_t c = h->comm;
@@ -137,7 +145,8 @@ static void dion__devh_abort(struct dion__devh *h, dion_status_t why, int failed
         /* GPU memory: no compare-and-swap from the host; read, then write if still clear. The window between
          * the two only matters to which failure a waiter reports, never to whether it stops. */
         uint64_t cur = 0;
-        if (cudaMemcpyAsync(&cur, &ctl[DION_CTL_ABORT], 8, cudaMemcpyDeviceToHost, h->stream) != cudaSuccess ||
+        if (cudaMemcpyAsync(&cur, &ctl[DION_CTL_ABORT], 8, cudaMemcpyDeviceToHost, h->stream) !=
+                cudaSuccess ||
             cudaStreamSynchronize(h->stream) != cudaSuccess) {
             cudaGetLastError();
             cur = 0;
@@ -196,8 +205,11 @@ static dion_status_t dion__dev_agree(dion_comm_t c, dion_status_t mine, const ch
     for (int r = 0; st == DION_SUCCESS && r < c->nranks; r++)
         if (all[r] != DION_SUCCESS) {
             st = (dion_status_t)all[r];
-            if (r == c->rank) dion__error_set(st, "%s", saved);
-            else dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r, dion_status_string(st));
+            if (r == c->rank)
+                dion__error_set(st, "%s", saved);
+            else
+                dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r,
+                            dion_status_string(st));
         }
     free(all);
     return st;
@@ -216,8 +228,8 @@ static dion_status_t dion__dev_alloc(struct dion__devh *h, size_t bytes, int zer
     return DION_SUCCESS;
 }
 
-static dion_status_t dion__dev_options(const dion_dev_attr_t *attr, dion_dev_attr_t *a, uint32_t *flags, int *cpu,
-                                       dion_comm_t c)
+static dion_status_t dion__dev_options(const dion_dev_attr_t *attr, dion_dev_attr_t *a, uint32_t *flags,
+                                       int *cpu, dion_comm_t c)
 {
     dion_status_t st;
     int check = 0, stats = 0, force_cpu = 0, transport = 0;
@@ -233,14 +245,17 @@ static dion_status_t dion__dev_options(const dion_dev_attr_t *attr, dion_dev_att
         return dion__error(DION_ERR_INVALID_ARG, "dion_dev_create: num_contexts=%u exceeds the limit of %u",
                            a->num_contexts, 1u << 16);
     if (a->flags & ~DION_DEV_FLAG_CPU)
-        return dion__error(DION_ERR_INVALID_ARG, "dion_dev_create: unknown flags 0x%x", a->flags & ~DION_DEV_FLAG_CPU);
+        return dion__error(DION_ERR_INVALID_ARG, "dion_dev_create: unknown flags 0x%x",
+                           a->flags & ~DION_DEV_FLAG_CPU);
     if ((st = dion__cfg_bool("DION_CHECK", &check)) != DION_SUCCESS) return st;
     if ((st = dion__cfg_bool("DION_STATS", &stats)) != DION_SUCCESS) return st;
     if ((st = dion__cfg_bool("DION_CPU_MODE", &force_cpu)) != DION_SUCCESS) return st;
     if ((st = dion__cfg_enum("DION_TRANSPORT", &transport)) != DION_SUCCESS) return st;
     if ((st = dion__cfg_duration_ns("DION_WAIT_TIMEOUT", &timeout)) != DION_SUCCESS) return st;
-    if (a->wait_timeout_ns == 0) a->wait_timeout_ns = timeout; /* env: 0 means forever */
-    else if (a->wait_timeout_ns == UINT64_MAX) a->wait_timeout_ns = 0;
+    if (a->wait_timeout_ns == 0)
+        a->wait_timeout_ns = timeout; /* env: 0 means forever */
+    else if (a->wait_timeout_ns == UINT64_MAX)
+        a->wait_timeout_ns = 0;
     *cpu = (a->flags & DION_DEV_FLAG_CPU) || force_cpu || c->cuda_device < 0;
     *flags = (check ? DION_DEVF_CHECK : 0) | (stats ? DION_DEVF_STATS : 0) | (*cpu ? DION_DEVF_CPU : 0);
     return DION_SUCCESS;
@@ -282,10 +297,11 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &mymode, sizeof mymode, modes);
     for (int r = 0; ag == DION_SUCCESS && r < n; r++)
         if (modes[r] != mymode)
-            ag = dion__error(DION_ERR_INVALID_ARG,
-                             "rank %d runs in %s mode but rank %d in %s mode; set DION_CPU_MODE (or the CPU flag) the "
-                             "same on every rank",
-                             c->rank, cpu ? "CPU" : "GPU", r, modes[r] ? "CPU" : "GPU");
+            ag = dion__error(
+                DION_ERR_INVALID_ARG,
+                "rank %d runs in %s mode but rank %d in %s mode; set DION_CPU_MODE (or the CPU flag) the "
+                "same on every rank",
+                c->rank, cpu ? "CPU" : "GPU", r, modes[r] ? "CPU" : "GPU");
 
     /* This rank's signal table: user signals, control words, one barrier counter per context. */
     if (ag == DION_SUCCESS) {
@@ -297,7 +313,8 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             if (c->cuda_device >= 0) cudaSetDevice(c->cuda_device);
             st = dion__dev_alloc(h, bytes, 1, (void **)&h->table);
             if (st == DION_SUCCESS)
-                st = dion__cuda_check(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+                st = dion__cuda_check(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking),
+                                      "cudaStreamCreate");
         }
         if (st == DION_SUCCESS) st = dion__p2p_export(c, h->table, h->table_words * 8, &descs[c->rank], &exp);
         ag = dion__dev_agree(c, st, "allocating the signal table");
@@ -319,10 +336,11 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             } else {
                 const char *why = NULL;
                 if (!dion__p2p_reachable(c, r, descs[r].kind, &why)) {
-                    st = dion__error(DION_ERR_UNSUPPORTED,
-                                     "rank %d cannot reach rank %d (host %s): %s. This build has the p2p backend "
-                                     "only; gdaki and proxy (network) backends are planned",
-                                     c->rank, r, c->info[r].host, why);
+                    st = dion__error(
+                        DION_ERR_UNSUPPORTED,
+                        "rank %d cannot reach rank %d (host %s): %s. This build has the p2p backend "
+                        "only; gdaki and proxy (network) backends are planned",
+                        c->rank, r, c->info[r].host, why);
                     break;
                 }
                 st = dion__p2p_import(c, r, &descs[r], fds[r], &h->imports[r]);
@@ -343,9 +361,11 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
         size_t peers_bytes = sizeof *peers * (size_t)n;
         st = dion__dev_alloc(h, peers_bytes, 0, (void **)&h->dev.peers);
         if (st == DION_SUCCESS) {
-            if (cpu) memcpy(h->dev.peers, peers, peers_bytes);
-            else st = dion__cuda_check(cudaMemcpy(h->dev.peers, peers, peers_bytes, cudaMemcpyHostToDevice),
-                                       "copying the peer table");
+            if (cpu)
+                memcpy(h->dev.peers, peers, peers_bytes);
+            else
+                st = dion__cuda_check(cudaMemcpy(h->dev.peers, peers, peers_bytes, cudaMemcpyHostToDevice),
+                                      "copying the peer table");
         }
         if (st == DION_SUCCESS) {
             if (cpu) {
@@ -358,12 +378,14 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
                                       "cudaHostAlloc for the error ring");
                 if (st == DION_SUCCESS) {
                     memset(h->errors_host, 0, sizeof *h->errors_host);
-                    st = dion__cuda_check(cudaHostGetDevicePointer((void **)&h->dev.errors, h->errors_host, 0),
-                                          "cudaHostGetDevicePointer");
+                    st =
+                        dion__cuda_check(cudaHostGetDevicePointer((void **)&h->dev.errors, h->errors_host, 0),
+                                         "cudaHostGetDevicePointer");
                 }
             }
         }
-        if (st == DION_SUCCESS) st = dion__dev_alloc(h, sizeof(uint64_t) * a.num_contexts, 1, (void **)&h->dev.ctx_state);
+        if (st == DION_SUCCESS)
+            st = dion__dev_alloc(h, sizeof(uint64_t) * a.num_contexts, 1, (void **)&h->dev.ctx_state);
         if (st == DION_SUCCESS && (flags & DION_DEVF_STATS))
             st = dion__dev_alloc(h, sizeof(dion_ctx_stats_t) * a.num_contexts, 1, (void **)&h->dev.stats);
         ag = dion__dev_agree(c, st, "creating the device handle");
@@ -476,7 +498,8 @@ dion_status_t dion_dev_check(dion_comm_t c, const dion_dev_t *dev)
         return DION_SUCCESS;
     }
     if (acc.count == 0)
-        return dion__error(DION_ERR_INTERNAL, "%llu device errors were recorded but overwritten before they were read",
+        return dion__error(DION_ERR_INTERNAL,
+                           "%llu device errors were recorded but overwritten before they were read",
                            (unsigned long long)lost);
     char text[640];
     dion__describe(&acc.first, text, sizeof text);

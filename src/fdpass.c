@@ -16,7 +16,8 @@ static socklen_t dion__ux_name(dion_comm_t c, int rank, struct sockaddr_un *sa)
     memset(sa, 0, sizeof *sa);
     sa->sun_family = AF_UNIX;
     /* Abstract namespace: the leading NUL keeps it off the filesystem and it vanishes with the socket. */
-    int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "dion-%016llx-%d", (unsigned long long)c->job, rank);
+    int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "dion-%016llx-%d", (unsigned long long)c->job,
+                     rank);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
@@ -30,7 +31,8 @@ static dion_status_t dion__ux_open(dion_comm_t c)
     if (bind(fd, (struct sockaddr *)&sa, len) != 0) {
         int e = errno;
         close(fd);
-        return dion__error(DION_ERR_INTERNAL, "cannot bind the Unix socket for passing memory handles: %s", strerror(e));
+        return dion__error(DION_ERR_INTERNAL, "cannot bind the Unix socket for passing memory handles: %s",
+                           strerror(e));
     }
     c->ux_fd = fd;
     /* Every local rank must have bound before anyone sends. */
@@ -52,7 +54,8 @@ dion_status_t dion__fd_exchange(dion_comm_t c, uint32_t tag, int my_fd, int *fds
     while (to_send > 0 || to_recv > 0) {
         /* Send to local peers in rank order; a full receive queue is retried after draining ours. */
         while (to_send > 0) {
-            while (next_peer < c->nranks && (next_peer == c->rank || !dion__comm_is_local(c, next_peer))) next_peer++;
+            while (next_peer < c->nranks && (next_peer == c->rank || !dion__comm_is_local(c, next_peer)))
+                next_peer++;
             struct sockaddr_un sa;
             socklen_t salen = dion__ux_name(c, next_peer, &sa);
             uint32_t payload[3] = {tag, (uint32_t)c->rank, my_fd >= 0};
@@ -79,9 +82,10 @@ dion_status_t dion__fd_exchange(dion_comm_t c, uint32_t tag, int my_fd, int *fds
             }
             if (sendmsg(c->ux_fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-                return dion__error(DION_ERR_PEER_FAILED,
-                                   "passing a memory handle to rank %d failed (%s); that rank may have exited",
-                                   next_peer, strerror(errno));
+                return dion__error(
+                    DION_ERR_PEER_FAILED,
+                    "passing a memory handle to rank %d failed (%s); that rank may have exited", next_peer,
+                    strerror(errno));
             }
             next_peer++;
             to_send--;
@@ -102,16 +106,20 @@ dion_status_t dion__fd_exchange(dion_comm_t c, uint32_t tag, int my_fd, int *fds
             ssize_t n = recvmsg(c->ux_fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
             if (n < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-                return dion__error(DION_ERR_INTERNAL, "receiving a memory handle failed: %s", strerror(errno));
+                return dion__error(DION_ERR_INTERNAL, "receiving a memory handle failed: %s",
+                                   strerror(errno));
             }
             int fd = -1;
             for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
-                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+                    memcpy(&fd, CMSG_DATA(cm), sizeof(int));
             int from = n == (ssize_t)sizeof payload ? (int)payload[1] : -1;
             if (n != (ssize_t)sizeof payload || payload[0] != tag || from < 0 || from >= c->nranks ||
-                !dion__comm_is_local(c, from) || from == c->rank || fds[from] >= 0 || (payload[2] != 0) != (fd >= 0)) {
+                !dion__comm_is_local(c, from) || from == c->rank || fds[from] >= 0 ||
+                (payload[2] != 0) != (fd >= 0)) {
                 if (fd >= 0) close(fd);
-                return dion__error(DION_ERR_INTERNAL, "unexpected message on the memory-handle socket (tag %u from %d)",
+                return dion__error(DION_ERR_INTERNAL,
+                                   "unexpected message on the memory-handle socket (tag %u from %d)",
                                    n >= 4 ? payload[0] : 0, from);
             }
             fds[from] = fd;

@@ -35,14 +35,21 @@ dion_status_t dion__error_wrap(dion_status_t s, const char *fmt, ...) DION__PRIN
 void dion__error_clear(void);
 
 /* ---- configuration (config.c): every environment variable the library reads is in one table ---- */
-typedef enum { DION_CFG_INT, DION_CFG_BOOL, DION_CFG_DURATION, DION_CFG_STRING, DION_CFG_ENUM } dion__cfg_type_t;
+typedef enum {
+    DION_CFG_INT,
+    DION_CFG_BOOL,
+    DION_CFG_DURATION,
+    DION_CFG_STRING,
+    DION_CFG_ENUM
+} dion__cfg_type_t;
 typedef struct {
     const char *name;
     dion__cfg_type_t type;
     const char *def;     /* default as text; NULL: unset */
     const char *choices; /* DION_CFG_ENUM: "a|b|c" */
     const char *help;
-    const char *reader; /* who reads it: NULL for libdion, else "dionrun", "launcher" (set by MPI/Slurm/torchrun) */
+    const char
+        *reader; /* who reads it: NULL for libdion, else "dionrun", "launcher" (set by MPI/Slurm/torchrun) */
 } dion__cfg_entry_t;
 extern const dion__cfg_entry_t dion__cfg_table[];
 extern const int dion__cfg_count;

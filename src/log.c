@@ -25,9 +25,15 @@ static void dion__log_setup(void)
     dion__log_level = level;
 }
 
-void dion__log_init(void) { pthread_once(&dion__log_once, dion__log_setup); }
+void dion__log_init(void)
+{
+    pthread_once(&dion__log_once, dion__log_setup);
+}
 
-void dion__log_set_rank(int rank) { dion__log_rank = rank; }
+void dion__log_set_rank(int rank)
+{
+    dion__log_rank = rank;
+}
 
 void dion__log_write(int level, const char *fmt, ...)
 {
@@ -36,9 +42,11 @@ void dion__log_write(int level, const char *fmt, ...)
     if (level < 0) level = 0;
     if (level > DION_LOG_TRACE) level = DION_LOG_TRACE;
     if (dion__log_rank >= 0)
-        n = snprintf(line, sizeof line, "dion[%s:%d] %s ", dion__log_host, dion__log_rank, dion__level_names[level]);
+        n = snprintf(line, sizeof line, "dion[%s:%d] %s ", dion__log_host, dion__log_rank,
+                     dion__level_names[level]);
     else
-        n = snprintf(line, sizeof line, "dion[%s:pid%d] %s ", dion__log_host, (int)getpid(), dion__level_names[level]);
+        n = snprintf(line, sizeof line, "dion[%s:pid%d] %s ", dion__log_host, (int)getpid(),
+                     dion__level_names[level]);
     if (n < 0) return;
     va_list ap;
     va_start(ap, fmt);

@@ -11,27 +11,48 @@ static _Thread_local char dion__last[DION__ERRLEN];
 const char *dion_status_string(dion_status_t s)
 {
     switch (s) {
-    case DION_SUCCESS: return "DION_SUCCESS";
-    case DION_ERR_INVALID_ARG: return "DION_ERR_INVALID_ARG";
-    case DION_ERR_NO_MEMORY: return "DION_ERR_NO_MEMORY";
-    case DION_ERR_UNSUPPORTED: return "DION_ERR_UNSUPPORTED";
-    case DION_ERR_CUDA: return "DION_ERR_CUDA";
-    case DION_ERR_NETWORK: return "DION_ERR_NETWORK";
-    case DION_ERR_BOOTSTRAP: return "DION_ERR_BOOTSTRAP";
-    case DION_ERR_TIMEOUT: return "DION_ERR_TIMEOUT";
-    case DION_ERR_PEER_FAILED: return "DION_ERR_PEER_FAILED";
-    case DION_ERR_REMOTE_ACCESS: return "DION_ERR_REMOTE_ACCESS";
-    case DION_ERR_ABORTED: return "DION_ERR_ABORTED";
-    case DION_ERR_INTERNAL: return "DION_ERR_INTERNAL";
+    case DION_SUCCESS:
+        return "DION_SUCCESS";
+    case DION_ERR_INVALID_ARG:
+        return "DION_ERR_INVALID_ARG";
+    case DION_ERR_NO_MEMORY:
+        return "DION_ERR_NO_MEMORY";
+    case DION_ERR_UNSUPPORTED:
+        return "DION_ERR_UNSUPPORTED";
+    case DION_ERR_CUDA:
+        return "DION_ERR_CUDA";
+    case DION_ERR_NETWORK:
+        return "DION_ERR_NETWORK";
+    case DION_ERR_BOOTSTRAP:
+        return "DION_ERR_BOOTSTRAP";
+    case DION_ERR_TIMEOUT:
+        return "DION_ERR_TIMEOUT";
+    case DION_ERR_PEER_FAILED:
+        return "DION_ERR_PEER_FAILED";
+    case DION_ERR_REMOTE_ACCESS:
+        return "DION_ERR_REMOTE_ACCESS";
+    case DION_ERR_ABORTED:
+        return "DION_ERR_ABORTED";
+    case DION_ERR_INTERNAL:
+        return "DION_ERR_INTERNAL";
     }
     return "DION_ERR_(unknown)";
 }
 
-const char *dion_last_error(void) { return dion__last; }
+const char *dion_last_error(void)
+{
+    return dion__last;
+}
 
-const char *dion_version_string(void) { return DION_VERSION_STRING; }
+const char *dion_version_string(void)
+{
+    return DION_VERSION_STRING;
+}
 
-void dion__error_clear(void) { dion__last[0] = 0; }
+void dion__error_clear(void)
+{
+    dion__last[0] = 0;
+}
 
 /* Arguments may point into dion__last itself (wrapping an earlier sentence), so format aside, then copy. */
 static void dion__error_format(const char *fmt, va_list ap)

@@ -18,7 +18,8 @@ static void dion__watchdog_links(dion_comm_t c)
         int who = i == 0 ? dion__boot_prev(c->boot) : dion__boot_next(c->boot);
         c->failed_rank_seen = who;
         DION_LOG(DION_LOG_WARN,
-                 "watchdog: the bootstrap link to rank %d closed; treating rank %d as failed and ending device waits "
+                 "watchdog: the bootstrap link to rank %d closed; treating rank %d as failed and ending "
+                 "device waits "
                  "with DION_ERR_PEER_FAILED",
                  who, who);
         dion__dev_abort_all(c, DION_ERR_PEER_FAILED, who);
@@ -50,8 +51,9 @@ dion_status_t dion__watchdog_start(dion_comm_t c)
     if (st != DION_SUCCESS) return st;
     if (c->watchdog_interval_ns == 0) return DION_SUCCESS;
     if (pthread_create(&c->watchdog, NULL, dion__watchdog_main, c) != 0)
-        return dion__error(DION_ERR_INTERNAL, "cannot start the watchdog thread; set DION_WATCHDOG_INTERVAL=0 to run "
-                                              "without it");
+        return dion__error(DION_ERR_INTERNAL,
+                           "cannot start the watchdog thread; set DION_WATCHDOG_INTERVAL=0 to run "
+                           "without it");
     c->watchdog_running = 1;
     return DION_SUCCESS;
 }

@@ -12,15 +12,15 @@ struct dion_win {
     struct dion_win *next; /* the comm's list, registration order */
     dion_comm_t comm;
     uint32_t id;
-    int owns;      /* allocated by dion_win_alloc */
-    int on_host;   /* this rank's part is host memory */
+    int owns;    /* allocated by dion_win_alloc */
+    int on_host; /* this rank's part is host memory */
     void *base;
     size_t bytes;
-    uint64_t *sizes;              /* [nranks] */
-    dion__mem_import_t *imports;  /* [nranks] */
-    struct dion_win_dev *table;   /* what dion_win_device returns */
-    int table_kind;               /* 0 malloc, 1 cudaMalloc, 2 cudaHostAlloc */
-    uint32_t flags;               /* the table's flags */
+    uint64_t *sizes;                    /* [nranks] */
+    dion__mem_import_t *imports;        /* [nranks] */
+    struct dion_win_dev *table;         /* what dion_win_device returns */
+    int table_kind;                     /* 0 malloc, 1 cudaMalloc, 2 cudaHostAlloc */
+    uint32_t flags;                     /* the table's flags */
     char *bases[DION_DEV_INLINE_PEERS]; /* the first ranks' mapped bases, for device handles' slots */
 };
 
@@ -36,15 +36,19 @@ void dion__win_fill_slots(dion_comm_t c, struct dion_dev_win_slot *slots, int ma
 
 static void dion__table_free(void *t, int kind)
 {
-    if (kind == 1) cudaFree(t);
-    else if (kind == 2) cudaFreeHost(t);
-    else free(t);
+    if (kind == 1)
+        cudaFree(t);
+    else if (kind == 2)
+        cudaFreeHost(t);
+    else
+        free(t);
 }
 
 void dion__win_free_zombies(dion_comm_t c)
 {
     /* stored as (table, kind) pairs */
-    for (int i = 0; i < c->nzombies; i += 2) dion__table_free(c->zombie_tables[i], (int)(intptr_t)c->zombie_tables[i + 1]);
+    for (int i = 0; i < c->nzombies; i += 2)
+        dion__table_free(c->zombie_tables[i], (int)(intptr_t)c->zombie_tables[i + 1]);
     free(c->zombie_tables);
     c->zombie_tables = NULL;
     c->nzombies = 0;
@@ -91,8 +95,8 @@ static void dion__win_free(struct dion_win *w)
     if (w->imports)
         for (int r = 0; r < w->comm->nranks; r++) dion__p2p_unmap(&w->imports[r]);
     if (w->table) {
-        /* A device handle may name this table in a slot: freeing it could let a later window reuse the address
-         * and be mistaken for this one. Such tables live on until the comm is destroyed. */
+        /* A device handle may name this table in a slot: freeing it could let a later window reuse the
+         * address and be mistaken for this one. Such tables live on until the comm is destroyed. */
         void **z = dion__dev_slot_uses(w->comm, w->table)
                        ? realloc(w->comm->zombie_tables, sizeof(void *) * (size_t)(w->comm->nzombies + 2))
                        : NULL;
@@ -222,7 +226,8 @@ dion_status_t dion_win_register(dion_comm_t comm, void *base, size_t bytes, dion
     if (st != DION_SUCCESS) return st;
     if (!win) return dion__error(DION_ERR_INVALID_ARG, "dion_win_register: win is NULL");
     *win = NULL;
-    if (bytes && !base) return dion__error(DION_ERR_INVALID_ARG, "dion_win_register: base is NULL with bytes=%zu", bytes);
+    if (bytes && !base)
+        return dion__error(DION_ERR_INVALID_ARG, "dion_win_register: base is NULL with bytes=%zu", bytes);
     pthread_mutex_lock(&comm->lock);
     st = dion__win_create(comm, bytes ? base : NULL, bytes, 0, win);
     pthread_mutex_unlock(&comm->lock);
@@ -233,14 +238,16 @@ dion_status_t dion_win_alloc(dion_comm_t comm, size_t bytes, int on_host, void *
 {
     dion_status_t st = dion__comm_check(comm, "dion_win_alloc");
     if (st != DION_SUCCESS) return st;
-    if (!win || !base) return dion__error(DION_ERR_INVALID_ARG, "dion_win_alloc: %s is NULL", win ? "base" : "win");
+    if (!win || !base)
+        return dion__error(DION_ERR_INVALID_ARG, "dion_win_alloc: %s is NULL", win ? "base" : "win");
     *win = NULL;
     *base = NULL;
     if (!on_host && comm->cuda_device < 0 && bytes)
-        st = dion__error(DION_ERR_UNSUPPORTED,
-                         "dion_win_alloc(on_host=0) needs a GPU and this rank has none (%s); pass on_host=1 for a "
-                         "host window (CPU mode)",
-                         dion__cuda_device_count() ? "DION_CPU_MODE" : dion__cuda_unavailable_reason());
+        st = dion__error(
+            DION_ERR_UNSUPPORTED,
+            "dion_win_alloc(on_host=0) needs a GPU and this rank has none (%s); pass on_host=1 for a "
+            "host window (CPU mode)",
+            dion__cuda_device_count() ? "DION_CPU_MODE" : dion__cuda_unavailable_reason());
     void *p = NULL;
     if (st == DION_SUCCESS && bytes) {
         if (on_host) {
@@ -261,8 +268,10 @@ dion_status_t dion_win_alloc(dion_comm_t comm, size_t bytes, int on_host, void *
     if (ag == DION_SUCCESS) ag = dion__win_create(comm, p, bytes, 1, win);
     pthread_mutex_unlock(&comm->lock);
     if (ag != DION_SUCCESS) {
-        if (p && on_host) dion__host_free(p);
-        else if (p) cudaFree(p);
+        if (p && on_host)
+            dion__host_free(p);
+        else if (p)
+            cudaFree(p);
         return ag;
     }
     *base = p;
@@ -283,8 +292,10 @@ dion_status_t dion_win_destroy(dion_win_t w)
     if (*pp) *pp = w->next;
     pthread_mutex_unlock(&c->lock);
     if (w->owns && w->base) {
-        if (w->on_host) dion__host_free(w->base);
-        else cudaFree(w->base);
+        if (w->on_host)
+            dion__host_free(w->base);
+        else
+            cudaFree(w->base);
     }
     dion__win_free(w);
     return st;
@@ -296,4 +307,7 @@ size_t dion_win_size(dion_win_t w, int rank)
     return (size_t)w->sizes[rank];
 }
 
-dion_dwin_t dion_win_device(dion_win_t w) { return w ? w->table : NULL; }
+dion_dwin_t dion_win_device(dion_win_t w)
+{
+    return w ? w->table : NULL;
+}

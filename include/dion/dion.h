@@ -25,7 +25,8 @@ typedef struct {
 /* Called by one process (rank 0, say): starts the bootstrap root in this process and describes it.
  * Share the id with every rank in any way; each then calls dion_comm_init_rank. */
 DION_API dion_status_t dion_get_unique_id(dion_unique_id_t *id);
-DION_API dion_status_t dion_comm_init_rank(dion_comm_t *comm, int nranks, const dion_unique_id_t *id, int rank);
+DION_API dion_status_t dion_comm_init_rank(dion_comm_t *comm, int nranks, const dion_unique_id_t *id,
+                                           int rank);
 /* DION_RANK/DION_NRANKS/DION_ROOT (or DION_UNIQUE_ID), else Open MPI, Slurm or torchrun variables. */
 DION_API dion_status_t dion_comm_init_env(dion_comm_t *comm);
 /* dion_mpi.h (header-only; libdion never links MPI): dion_comm_init_mpi(dion_comm_t *comm, MPI_Comm mc) */
@@ -45,7 +46,8 @@ typedef struct dion_win *dion_win_t;
  * Sizes may differ per rank; 0 bytes (base NULL) is allowed. */
 DION_API dion_status_t dion_win_register(dion_comm_t comm, void *base, size_t bytes, dion_win_t *win);
 /* Collective. Allocates GPU memory (on_host=0) or shareable host memory (on_host=1) and registers it. */
-DION_API dion_status_t dion_win_alloc(dion_comm_t comm, size_t bytes, int on_host, void **base, dion_win_t *win);
+DION_API dion_status_t dion_win_alloc(dion_comm_t comm, size_t bytes, int on_host, void **base,
+                                      dion_win_t *win);
 /* Collective; frees what dion_win_alloc allocated. */
 DION_API dion_status_t dion_win_destroy(dion_win_t win);
 DION_API size_t dion_win_size(dion_win_t win, int rank);
@@ -60,11 +62,13 @@ typedef struct {
     uint32_t flags;           /* DION_DEV_FLAG_* */
 } dion_dev_attr_t;
 
-DION_API dion_status_t dion_dev_create(dion_comm_t comm, const dion_dev_attr_t *attr, dion_dev_t *dev); /* collective */
-DION_API dion_status_t dion_dev_destroy(dion_comm_t comm, dion_dev_t *dev);                             /* collective */
+DION_API dion_status_t dion_dev_create(dion_comm_t comm, const dion_dev_attr_t *attr,
+                                       dion_dev_t *dev);                    /* collective */
+DION_API dion_status_t dion_dev_destroy(dion_comm_t comm, dion_dev_t *dev); /* collective */
 /* The first device-side error since the last check; dion_last_error() describes it. */
 DION_API dion_status_t dion_dev_check(dion_comm_t comm, const dion_dev_t *dev);
-DION_API dion_status_t dion_dev_stats(dion_comm_t comm, const dion_dev_t *dev, uint32_t ctx, dion_ctx_stats_t *out);
+DION_API dion_status_t dion_dev_stats(dion_comm_t comm, const dion_dev_t *dev, uint32_t ctx,
+                                      dion_ctx_stats_t *out);
 
 /* ---- CPU mode ---- */
 /* Runs fn(arg) on grid*block CPU threads, each with its own block and thread index, so that the

@@ -4,16 +4,14 @@
  * Semantics (docs/semantics.md has the full table per backend):
  *  put          returns when issued; the source may be reused after dion_quiet on the same context.
  *  put_signal   returns when issued; the target sees the signal change only after this put's data.
- *  signal       release: ordered after every earlier put of the caller to that peer (the _RELAXED ops are not).
- *  wait         acquire: data of puts whose signal it observed is visible after it returns.
- *  fence        earlier operations of the caller reach each peer before later ones.
- *  quiet        every earlier operation of the caller is complete: sources reusable, data delivered.
- *  barrier      every rank reached it (one thread per context per rank); includes a quiet.
- * The warp and block variants are called by every thread of the warp / block with the same arguments; they
- * share the copy and end with the group synchronized, so that one thread's later signal or quiet covers the
- * whole group's stores.
- * With DION_CHECK=1 every call checks its arguments and writes an error record (dion_dev_check) instead of
- * touching memory. */
+ *  signal       release: ordered after every earlier put of the caller to that peer (the _RELAXED ops are
+ * not). wait         acquire: data of puts whose signal it observed is visible after it returns. fence
+ * earlier operations of the caller reach each peer before later ones. quiet        every earlier operation of
+ * the caller is complete: sources reusable, data delivered. barrier      every rank reached it (one thread
+ * per context per rank); includes a quiet. The warp and block variants are called by every thread of the warp
+ * / block with the same arguments; they share the copy and end with the group synchronized, so that one
+ * thread's later signal or quiet covers the whole group's stores. With DION_CHECK=1 every call checks its
+ * arguments and writes an error record (dion_dev_check) instead of touching memory. */
 #ifndef DION_DEVICE_CUH
 #define DION_DEVICE_CUH
 
@@ -62,28 +60,28 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
     }
 }
 
-DION_HD void dion_put(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src, size_t src_off,
-                      size_t bytes)
+DION_HD void dion_put(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                      size_t src_off, size_t bytes)
 {
     dion__put_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes);
 }
 
-DION_HD void dion_put_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src, size_t src_off,
-                           size_t bytes)
+DION_HD void dion_put_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                           size_t src_off, size_t bytes)
 {
     dion__put_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes);
 }
 
-DION_HD void dion_put_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src, size_t src_off,
-                            size_t bytes)
+DION_HD void dion_put_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                            size_t src_off, size_t bytes)
 {
     dion__put_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes);
 }
 
 /* ---- signals ---- */
 
-DION_HD int dion__check_signal_args(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op, dion_op_t what,
-                                    int lead)
+DION_HD int dion__check_signal_args(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op,
+                                    dion_op_t what, int lead)
 {
     if (c->index >= c->dev.num_contexts || !dion__check_peer(c, peer, what, lead) ||
         !dion__check_sig(c, peer, sig, what, lead))
@@ -99,8 +97,8 @@ DION_HD int dion__check_signal_args(const dion_ctx_t *c, int peer, uint32_t sig,
 }
 
 DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int peer, size_t dst_off,
-                                    dion_dwin_t src, size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
-                                    uint64_t value)
+                                    dion_dwin_t src, size_t src_off, size_t bytes, uint32_t sig,
+                                    dion_sig_op_t op, uint64_t value)
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
     if (dion__check_enabled(&c)) {
@@ -115,7 +113,8 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
     dion__group_sync(g);
     if (r == 0) {
         /* The data must precede the signal whatever the op says: put_signal always releases. Only the leader
-         * works out where to signal: in a block every instruction that all threads run costs 32 warps' issue. */
+         * works out where to signal: in a block every instruction that all threads run costs 32 warps' issue.
+         */
         uint64_t *word = dion__peer_signals(&c.dev, peer) + sig;
         uint32_t scope = dion__p2p_scope(&c, peer, dst);
         if ((uint32_t)op & 1u)
@@ -135,13 +134,15 @@ DION_HD void dion_put_signal(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst
 }
 
 DION_HD void dion_put_signal_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
-                                  size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op, uint64_t value)
+                                  size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
+                                  uint64_t value)
 {
     dion__put_signal_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
 }
 
 DION_HD void dion_put_signal_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
-                                   size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op, uint64_t value)
+                                   size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
+                                   uint64_t value)
 {
     dion__put_signal_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
 }
@@ -157,7 +158,8 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
 /* Waits until this rank's signal sig compares as asked with value. Returns DION_SUCCESS, DION_ERR_TIMEOUT
  * (after the handle's wait timeout, with an error record), DION_ERR_ABORTED or DION_ERR_PEER_FAILED.
  * observed (may be NULL) receives the last value read. */
-DION_HD dion_status_t dion_wait(dion_ctx_t c, uint32_t sig, dion_cmp_t cmp, uint64_t value, uint64_t *observed)
+DION_HD dion_status_t dion_wait(dion_ctx_t c, uint32_t sig, dion_cmp_t cmp, uint64_t value,
+                                uint64_t *observed)
 {
     if (dion__check_enabled(&c)) {
         if (c.index >= c.dev.num_contexts || !dion__check_sig(&c, c.dev.rank, sig, DION_OP_WAIT, 1))
@@ -193,7 +195,8 @@ DION_HD void dion_fence(dion_ctx_t c)
 DION_HD dion_status_t dion_quiet(dion_ctx_t c)
 {
     /* The abort word is read before the fence so that its latency overlaps the fence's. */
-    uint64_t ab = dion__ld_relaxed(dion__ctl_word(&c.dev, c.dev.signals, DION_CTL_ABORT), dion__dev_scope(&c.dev));
+    uint64_t ab =
+        dion__ld_relaxed(dion__ctl_word(&c.dev, c.dev.signals, DION_CTL_ABORT), dion__dev_scope(&c.dev));
     dion__p2p_quiet(&c);
     DION__STAT(&c, quiets, 1);
     return (dion_status_t)ab;
@@ -210,13 +213,15 @@ DION_HD dion_status_t dion_barrier(dion_ctx_t c)
     dion_status_t st = dion_quiet(c);
     if (st != DION_SUCCESS) return st;
     /* Counter barrier: the epoch is private to the context; every rank adds one to each peer's counter and
-     * waits for (nranks-1) arrivals per epoch. Counters only grow, so a fast peer's next epoch cannot be lost. */
+     * waits for (nranks-1) arrivals per epoch. Counters only grow, so a fast peer's next epoch cannot be
+     * lost. */
     uint64_t epoch = d->ctx_state[c.index] + 1;
     d->ctx_state[c.index] = epoch;
     uint32_t word = d->num_signals + dion__barrier_word(d, c.index);
     for (int p = 0; p < d->nranks; p++) {
         if (p == d->rank) continue;
-        dion__red_add_release(dion__peer_signals(d, p) + word, 1, dion__peer_scope(d, p) | dion__dev_scope(d));
+        dion__red_add_release(dion__peer_signals(d, p) + word, 1,
+                              dion__peer_scope(d, p) | dion__dev_scope(d));
     }
     st = dion__wait_word(&c, d->signals + word, DION_CMP_GE, epoch * (uint64_t)(d->nranks - 1), NULL,
                          DION_OP_BARRIER, word);
@@ -237,8 +242,8 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
             !dion__check_range(&c, dst, c.dev.rank, dst_off, bytes, 1, DION_OP_GET, peer, lead))
             return;
     }
-    dion__copy(dion__win_base(&c.dev, dst, c.dev.rank) + dst_off, dion__win_base(&c.dev, src, peer) + src_off, bytes, r,
-               n);
+    dion__copy(dion__win_base(&c.dev, dst, c.dev.rank) + dst_off, dion__win_base(&c.dev, src, peer) + src_off,
+               bytes, r, n);
     dion__group_sync(g);
     if (r == 0) {
         DION__STAT(&c, gets, 1);
@@ -247,14 +252,14 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
 }
 
 /* On p2p the data is in dst when get returns; on every backend it is there after dion_quiet. */
-DION_HD void dion_get(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, int peer, size_t src_off,
-                      size_t bytes)
+DION_HD void dion_get(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, int peer,
+                      size_t src_off, size_t bytes)
 {
     dion__get_group(c, DION__THREAD, dst, dst_off, src, peer, src_off, bytes);
 }
 
-DION_HD void dion_get_warp(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, int peer, size_t src_off,
-                           size_t bytes)
+DION_HD void dion_get_warp(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, int peer,
+                           size_t src_off, size_t bytes)
 {
     dion__get_group(c, DION__WARP, dst, dst_off, src, peer, src_off, bytes);
 }
@@ -280,8 +285,8 @@ DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, 
     return dion__p2p_fetch_add(&c.dev, win, peer, off, value, dion__p2p_scope(&c, peer, win));
 }
 
-DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int peer, size_t off, uint64_t expected,
-                                          uint64_t desired)
+DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int peer, size_t off,
+                                          uint64_t expected, uint64_t desired)
 {
     if (dion__check_enabled(&c) && !dion__check_atomic(&c, win, peer, off, DION_OP_COMPARE_SWAP)) return 0;
     DION__STAT(&c, atomics, 1);

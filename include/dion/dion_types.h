@@ -35,9 +35,15 @@ typedef enum {
     DION_ERR_INTERNAL
 } dion_status_t;
 
-/* How a signal word is updated. SET and ADD are releases: ordered after the caller's earlier puts to that peer.
- * The _RELAXED forms carry no ordering (pure synchronization, no data): they skip the fence and cost a store. */
-typedef enum { DION_SIG_SET = 0, DION_SIG_ADD = 1, DION_SIG_SET_RELAXED = 2, DION_SIG_ADD_RELAXED = 3 } dion_sig_op_t;
+/* How a signal word is updated. SET and ADD are releases: ordered after the caller's earlier puts to that
+ * peer. The _RELAXED forms carry no ordering (pure synchronization, no data): they skip the fence and cost a
+ * store. */
+typedef enum {
+    DION_SIG_SET = 0,
+    DION_SIG_ADD = 1,
+    DION_SIG_SET_RELAXED = 2,
+    DION_SIG_ADD_RELAXED = 3
+} dion_sig_op_t;
 
 /* Comparisons for dion_wait: "signal CMP value". */
 typedef enum { DION_CMP_EQ = 0, DION_CMP_NE, DION_CMP_GT, DION_CMP_GE, DION_CMP_LT, DION_CMP_LE } dion_cmp_t;
@@ -82,9 +88,9 @@ struct dion_win_peer {
     uint64_t size; /* bytes that peer registered (may differ per rank, may be 0) */
 };
 
-#define DION_WIN_MAGIC 0x4e495744u /* "DWIN" */
-#define DION_WIN_HOST 0x1u         /* window lives in host memory (CPU mode, or pinned host) */
-#define DION_WIN_ALIGN16 0x2u      /* every rank's base (as mapped here) is 16-byte aligned */
+#define DION_WIN_MAGIC   0x4e495744u /* "DWIN" */
+#define DION_WIN_HOST    0x1u        /* window lives in host memory (CPU mode, or pinned host) */
+#define DION_WIN_ALIGN16 0x2u        /* every rank's base (as mapped here) is 16-byte aligned */
 
 /* Device-side window descriptor; dion_win_device() returns a pointer the device (or CPU mode) can read. */
 struct dion_win_dev {
@@ -136,23 +142,23 @@ struct dion_dev_errors {
 };
 
 /* Handle flags. */
-#define DION_DEVF_CHECK 0x1u        /* DION_CHECK=1: check every argument, record instead of touching memory */
-#define DION_DEVF_STATS 0x2u        /* DION_STATS=1: count ops per context */
-#define DION_DEVF_CPU 0x4u          /* CPU mode: device calls run on CPU threads over host windows */
-#define DION_DEVF_SYS 0x8u          /* fences need system scope: a peer on another GPU, or host windows */
+#define DION_DEVF_CHECK 0x1u /* DION_CHECK=1: check every argument, record instead of touching memory */
+#define DION_DEVF_STATS 0x2u /* DION_STATS=1: count ops per context */
+#define DION_DEVF_CPU   0x4u /* CPU mode: device calls run on CPU threads over host windows */
+#define DION_DEVF_SYS   0x8u /* fences need system scope: a peer on another GPU, or host windows */
 
 /* Words at the tail of every signal table, after the user's signals. */
-#define DION_CTL_ABORT 0      /* nonzero: the comm was aborted; holds a dion_status_t */
+#define DION_CTL_ABORT      0 /* nonzero: the comm was aborted; holds a dion_status_t */
 #define DION_CTL_ABORT_RANK 1 /* the rank that failed or aborted */
-#define DION_CTL_ERR_HEAD 2   /* error records claimed so far */
-#define DION_CTL_WORDS 8      /* then one barrier counter per context */
+#define DION_CTL_ERR_HEAD   2 /* error records claimed so far */
+#define DION_CTL_WORDS      8 /* then one barrier counter per context */
 
 /* The first peers' entries are also kept inside the handle: kernels receive it by value, so these are read
  * from the parameter (constant) bank, which the L1 invalidation of an acquire does not touch. */
 #define DION_DEV_INLINE_PEERS 8
 
-/* Windows that existed when the handle was made (the first DION_DEV_WIN_SLOTS) are described inside it too, so
- * that kernels find their bases without a table load; later windows work through their table. */
+/* Windows that existed when the handle was made (the first DION_DEV_WIN_SLOTS) are described inside it too,
+ * so that kernels find their bases without a table load; later windows work through their table. */
 #define DION_DEV_WIN_SLOTS 4
 struct dion_dev_win_slot {
     dion_dwin_t win; /* NULL: slot unused */
@@ -173,12 +179,12 @@ typedef struct dion_dev {
     uint64_t wait_timeout_ns; /* 0: wait forever */
     uint32_t flags;
     uint32_t generation;
-    uint64_t *signals;             /* this rank's signal table (user signals, control words, barrier counters) */
-    struct dion_dev_peer *peers;   /* [nranks] */
+    uint64_t *signals; /* this rank's signal table (user signals, control words, barrier counters) */
+    struct dion_dev_peer *peers;    /* [nranks] */
     struct dion_dev_errors *errors; /* host-mapped error ring */
-    uint64_t *ctx_state;           /* [num_contexts] barrier epochs */
-    dion_ctx_stats_t *stats;       /* [num_contexts], NULL unless DION_STATS=1 */
-    void *host;                    /* host-side bookkeeping; opaque to device code */
+    uint64_t *ctx_state;            /* [num_contexts] barrier epochs */
+    dion_ctx_stats_t *stats;        /* [num_contexts], NULL unless DION_STATS=1 */
+    void *host;                     /* host-side bookkeeping; opaque to device code */
     struct dion_dev_peer peer_inline[DION_DEV_INLINE_PEERS]; /* copies of peers[0..7] */
     struct dion_dev_win_slot win_slot[DION_DEV_WIN_SLOTS];
 } dion_dev_t;

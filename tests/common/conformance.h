@@ -43,8 +43,14 @@ DION_HD uint8_t dt_byte(int rank, uint64_t round, uint64_t i)
 typedef struct {
     uint64_t s;
 } dt_rng_t;
-static uint64_t dt_next(dt_rng_t *r) { return dt_mix(r->s++); }
-static uint64_t dt_range(dt_rng_t *r, uint64_t lo, uint64_t hi) { return lo + dt_next(r) % (hi - lo + 1); }
+static uint64_t dt_next(dt_rng_t *r)
+{
+    return dt_mix(r->s++);
+}
+static uint64_t dt_range(dt_rng_t *r, uint64_t lo, uint64_t hi)
+{
+    return lo + dt_next(r) % (hi - lo + 1);
+}
 
 static int dt_failures;
 #define DT_FAIL(...)                                                                                         \
@@ -96,17 +102,21 @@ DT_KERNEL(dt_put_kernel, dt_put_args_t)
     if (in_group) {
         if (a->with_signal) {
             if (a->group == 0)
-                dion_put_signal(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes, a->sig, DION_SIG_ADD, 1);
+                dion_put_signal(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes, a->sig,
+                                DION_SIG_ADD, 1);
             else if (a->group == 1)
-                dion_put_signal_warp(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes, a->sig, DION_SIG_ADD,
-                                     1);
+                dion_put_signal_warp(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes, a->sig,
+                                     DION_SIG_ADD, 1);
             else
                 dion_put_signal_block(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes, a->sig,
                                       DION_SIG_ADD, 1);
         } else {
-            if (a->group == 0) dion_put(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes);
-            else if (a->group == 1) dion_put_warp(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes);
-            else dion_put_block(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes);
+            if (a->group == 0)
+                dion_put(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes);
+            else if (a->group == 1)
+                dion_put_warp(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes);
+            else
+                dion_put_block(c, a->win, a->peer, a->dst_off, a->win, a->src_off, a->bytes);
         }
     }
     if (t == 0) {
@@ -132,7 +142,9 @@ static void dt_test_puts(dion_win_t win, char *base, int rounds, uint64_t max_by
     static const char *gname[] = {"thread", "warp", "block"};
     for (int k = 0; k < rounds; k++) {
         /* The same draws on every rank: everybody knows what its predecessor sends. */
-        uint64_t bytes = dt_range(&rng, 0, 3) == 0 ? dt_range(&rng, 0, 64) : (1ull << dt_range(&rng, 0, 22)) + dt_range(&rng, 0, 4095);
+        uint64_t bytes = dt_range(&rng, 0, 3) == 0
+                             ? dt_range(&rng, 0, 64)
+                             : (1ull << dt_range(&rng, 0, 22)) + dt_range(&rng, 0, 4095);
         if (bytes > max_bytes) bytes = max_bytes;
         if (bytes > half - 256) bytes = half - 256; /* leave room for the offsets and guard bytes below */
         uint64_t src_off = dt_range(&rng, 0, half - bytes - 1);
@@ -144,8 +156,8 @@ static void dt_test_puts(dion_win_t win, char *base, int rounds, uint64_t max_by
         memset(host, 0xa5, bytes + 128);
         dt_put(base + dst_off - 64, host, bytes + 128);
         DT_OK(dion_comm_barrier(dt_comm));
-        dt_put_args_t a = {dt_dev, dion_win_device(win), next, src_off, dst_off, bytes, group, with_signal, 0,
-                           ++signals, result};
+        dt_put_args_t a = {dt_dev, dion_win_device(win), next, src_off,   dst_off, bytes,
+                           group,  with_signal,          0,    ++signals, result};
         if (DT_LAUNCH(dt_put_kernel, 1, group == 2 ? DT_BLOCK : 32, &a)) DT_FAIL("launch failed");
         uint64_t res[2];
         dt_get(res, result, sizeof res);
@@ -160,10 +172,11 @@ static void dt_test_puts(dion_win_t win, char *base, int rounds, uint64_t max_by
             }
         for (uint64_t i = 0; i < bytes; i++)
             if (host[64 + i] != dt_byte(prev, (uint64_t)k, i)) {
-                DT_FAIL("round %d (%s%s, %llu bytes, src %llu -> dst %llu): byte %llu is 0x%02x, expected 0x%02x", k,
-                        gname[group], with_signal ? " put_signal" : " put", (unsigned long long)bytes,
-                        (unsigned long long)src_off, (unsigned long long)dst_off, (unsigned long long)i, host[64 + i],
-                        dt_byte(prev, (uint64_t)k, i));
+                DT_FAIL(
+                    "round %d (%s%s, %llu bytes, src %llu -> dst %llu): byte %llu is 0x%02x, expected 0x%02x",
+                    k, gname[group], with_signal ? " put_signal" : " put", (unsigned long long)bytes,
+                    (unsigned long long)src_off, (unsigned long long)dst_off, (unsigned long long)i,
+                    host[64 + i], dt_byte(prev, (uint64_t)k, i));
                 break;
             }
         DT_OK(dion_comm_barrier(dt_comm));
@@ -176,8 +189,9 @@ static void dt_test_puts(dion_win_t win, char *base, int rounds, uint64_t max_by
  * group, with source and destination offsets congruent modulo 16, 8 or 4, and not congruent at all. */
 static void dt_test_small_puts(dion_win_t win, char *base)
 {
-    static const uint64_t sizes[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129,
-                                     255, 256, 257, 511, 512, 513, 640, 1000, 1023, 1024, 1025, 4097, 16383, 16385};
+    static const uint64_t sizes[] = {0,   1,   2,   3,    7,    8,    9,    15,   16,    17,   31,  32,
+                                     33,  63,  64,  65,   100,  127,  128,  129,  255,   256,  257, 511,
+                                     512, 513, 640, 1000, 1023, 1024, 1025, 4097, 16383, 16385};
     static const uint64_t skews[] = {0, 8, 4, 3};
     int next = (dt_rank + 1) % dt_n, prev = (dt_rank + dt_n - 1) % dt_n;
     uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
@@ -193,14 +207,14 @@ static void dt_test_small_puts(dion_win_t win, char *base)
             memset(host, 0xa5, bytes + 128);
             dt_put(base + dst_off - 64, host, bytes + 128);
             DT_OK(dion_comm_barrier(dt_comm));
-            dt_put_args_t a = {dt_dev, dion_win_device(win), next, src_off, dst_off, bytes, group, (int)(k & 1), 1,
-                               ++signals, result};
+            dt_put_args_t a = {dt_dev, dion_win_device(win), next, src_off,   dst_off, bytes,
+                               group,  (int)(k & 1),         1,    ++signals, result};
             if (DT_LAUNCH(dt_put_kernel, 1, group == 2 ? DT_BLOCK : 32, &a)) DT_FAIL("launch failed");
             dt_get(host, base + dst_off - 64, bytes + 128);
             for (uint64_t i = 0; i < 64; i++)
                 if (host[i] != 0xa5 || host[64 + bytes + i] != 0xa5) {
-                    DT_FAIL("small put (group %d, %llu bytes, skew %llu): a byte outside the range changed", group,
-                            (unsigned long long)bytes, (unsigned long long)skew);
+                    DT_FAIL("small put (group %d, %llu bytes, skew %llu): a byte outside the range changed",
+                            group, (unsigned long long)bytes, (unsigned long long)skew);
                     break;
                 }
             for (uint64_t i = 0; i < bytes; i++)
@@ -225,19 +239,31 @@ typedef struct {
 } dt_sig_args_t;
 
 #define DT_SIG_CMP0 16 /* signals 16..21: one per comparison */
-#define DT_SIG_SUM 8
+#define DT_SIG_SUM  8
 
 /* start value, values sent in order, comparison operand: only the last value satisfies the comparison */
 DION_HD void dt_cmp_case(int cmp, uint64_t *start, uint64_t seq[3], uint64_t *operand)
 {
     uint64_t t[5];
     switch (cmp) {
-    case DION_CMP_EQ: t[0] = 0, t[1] = 1, t[2] = 2, t[3] = 7, t[4] = 7; break;        /* EQ 7 */
-    case DION_CMP_NE: t[0] = 5, t[1] = 5, t[2] = 5, t[3] = 9, t[4] = 5; break;        /* NE 5 */
-    case DION_CMP_GT: t[0] = 1, t[1] = 2, t[2] = 3, t[3] = 10, t[4] = 5; break;       /* GT 5 */
-    case DION_CMP_GE: t[0] = 1, t[1] = 2, t[2] = 5, t[3] = 6, t[4] = 6; break;        /* GE 6 */
-    case DION_CMP_LT: t[0] = 100, t[1] = 90, t[2] = 50, t[3] = 3, t[4] = 10; break;   /* LT 10 */
-    default: t[0] = 100, t[1] = 50, t[2] = 11, t[3] = 10, t[4] = 10; break;           /* LE 10 */
+    case DION_CMP_EQ:
+        t[0] = 0, t[1] = 1, t[2] = 2, t[3] = 7, t[4] = 7;
+        break; /* EQ 7 */
+    case DION_CMP_NE:
+        t[0] = 5, t[1] = 5, t[2] = 5, t[3] = 9, t[4] = 5;
+        break; /* NE 5 */
+    case DION_CMP_GT:
+        t[0] = 1, t[1] = 2, t[2] = 3, t[3] = 10, t[4] = 5;
+        break; /* GT 5 */
+    case DION_CMP_GE:
+        t[0] = 1, t[1] = 2, t[2] = 5, t[3] = 6, t[4] = 6;
+        break; /* GE 6 */
+    case DION_CMP_LT:
+        t[0] = 100, t[1] = 90, t[2] = 50, t[3] = 3, t[4] = 10;
+        break; /* LT 10 */
+    default:
+        t[0] = 100, t[1] = 50, t[2] = 11, t[3] = 10, t[4] = 10;
+        break; /* LE 10 */
     }
     *start = t[0];
     seq[0] = t[1];
@@ -302,8 +328,8 @@ static void dt_test_signals(void)
         uint64_t start, seq[3], op;
         dt_cmp_case(cmp, &start, seq, &op);
         if (r[1 + cmp] != seq[2])
-            DT_FAIL("wait %s %llu returned with %llu; only %llu satisfies it", names[cmp], (unsigned long long)op,
-                    (unsigned long long)r[1 + cmp], (unsigned long long)seq[2]);
+            DT_FAIL("wait %s %llu returned with %llu; only %llu satisfies it", names[cmp],
+                    (unsigned long long)op, (unsigned long long)r[1 + cmp], (unsigned long long)seq[2]);
     }
     uint64_t total = (uint64_t)dt_n * (dt_n + 1) / 2;
     if (r[7] != total || r[8] != total)
@@ -327,7 +353,7 @@ typedef struct {
     uint64_t *result;
 } dt_stream_args_t;
 
-#define DT_REC 64
+#define DT_REC   64
 #define DT_AHEAD 100
 
 DION_HD void dt_stream_fill(uint64_t *rec, int rank, uint64_t k)
@@ -346,7 +372,8 @@ DT_KERNEL(dt_stream_kernel, dt_stream_args_t)
         uint64_t acked = 0;
         for (uint64_t k = 1; k <= a->count; k++) {
             /* Flow control keeps sender and receiver interleaved: at most DT_AHEAD records unacknowledged. */
-            if (k > acked + DT_AHEAD && dion_wait(c, a->sig + 8, DION_CMP_GE, k - DT_AHEAD, &acked) != DION_SUCCESS)
+            if (k > acked + DT_AHEAD &&
+                dion_wait(c, a->sig + 8, DION_CMP_GE, k - DT_AHEAD, &acked) != DION_SUCCESS)
                 a->result[0]++; /* every sending lane waits for itself: no lane depends on another's view */
             /* record k is staged at k*REC here and lands at base_off + k*REC in the successor */
             uint64_t stage = k * DT_REC;
@@ -397,8 +424,14 @@ static void dt_test_stream(dion_win_t win, uint32_t count)
     uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
     for (int variant = 0; variant < 3; variant++) {
         DT_OK(dion_comm_barrier(dt_comm));
-        dt_stream_args_t a = {dt_dev, dion_win_device(win), (uint64_t)(count + 1) * DT_REC, count,
-                              30 + (uint32_t)variant, variant == 1, variant == 2, result};
+        dt_stream_args_t a = {dt_dev,
+                              dion_win_device(win),
+                              (uint64_t)(count + 1) * DT_REC,
+                              count,
+                              30 + (uint32_t)variant,
+                              variant == 1,
+                              variant == 2,
+                              result};
         if (DT_LAUNCH(dt_stream_kernel, 1, 64, &a)) DT_FAIL("launch failed");
         uint64_t r[3];
         dt_get(r, result, sizeof r);
@@ -409,8 +442,10 @@ static void dt_test_stream(dion_win_t win, uint32_t count)
         dt_put(result, zero, sizeof zero);
         if (dt_rank == 0)
             printf("  stream %s: %u put_signal, receiver woke %llu times, all data present\n",
-                   variant == 0 ? "SET/thread" : variant == 1 ? "ADD/thread" : "SET/warp", count,
-                   (unsigned long long)r[1]);
+                   variant == 0   ? "SET/thread"
+                   : variant == 1 ? "ADD/thread"
+                                  : "SET/warp",
+                   count, (unsigned long long)r[1]);
     }
     DT_OK(dion_comm_barrier(dt_comm));
     dt_free(result);
@@ -422,8 +457,8 @@ static void dt_test_stream(dion_win_t win, uint32_t count)
 typedef struct {
     dion_dev_t dev;
     dion_dwin_t win;
-    uint32_t adds;   /* per thread */
-    uint32_t cas;    /* per thread */
+    uint32_t adds; /* per thread */
+    uint32_t cas;  /* per thread */
     uint64_t *result;
 } dt_atomic_args_t;
 
@@ -528,8 +563,8 @@ static void dt_test_get_barrier(dion_win_t win, char *base)
         dt_get(host, base + dst_off, bytes);
         for (uint64_t i = 0; i < bytes; i++)
             if (host[i] != dt_byte(next, 1000 + (uint64_t)k, i)) {
-                DT_FAIL("get round %d (group %d, %llu bytes): byte %llu wrong", k, group, (unsigned long long)bytes,
-                        (unsigned long long)i);
+                DT_FAIL("get round %d (group %d, %llu bytes): byte %llu wrong", k, group,
+                        (unsigned long long)bytes, (unsigned long long)i);
                 break;
             }
         DT_OK(dion_comm_barrier(dt_comm));
@@ -567,7 +602,10 @@ DT_KERNEL(dt_asym_kernel, dt_two_win_args_t)
     if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
 }
 
-static size_t dt_asym_size(int r) { return r == 0 ? 0 : 4096 * (size_t)r + 24 * (size_t)r + 8 * (size_t)dt_n; }
+static size_t dt_asym_size(int r)
+{
+    return r == 0 ? 0 : 4096 * (size_t)r + 24 * (size_t)r + 8 * (size_t)dt_n;
+}
 
 static void dt_test_asymmetric(void)
 {
@@ -578,7 +616,8 @@ static void dt_test_asymmetric(void)
     for (int r = 0; r < dt_n; r++)
         if (dion_win_size(w, r) != dt_asym_size(r))
             DT_FAIL("dion_win_size(rank %d) = %zu, expected %zu", r, dion_win_size(w, r), dt_asym_size(r));
-    if ((dt_rank == 0) != (base == NULL)) DT_FAIL("a 0-byte window must have a NULL base and others a real one");
+    if ((dt_rank == 0) != (base == NULL))
+        DT_FAIL("a 0-byte window must have a NULL base and others a real one");
     uint64_t me64 = 0x1000 + (uint64_t)dt_rank;
     dt_put(sbase, &me64, 8);
     DT_OK(dion_comm_barrier(dt_comm));
@@ -622,14 +661,14 @@ DT_KERNEL(dt_check_kernel, dt_check_args_t)
     dion_ctx_t c = dion_ctx(a->dev, 0);
     int me = a->dev.rank, n = a->dev.nranks, next = (me + 1) % n;
     uint64_t size = dion__win_peer(a->win, next)->size;
-    dion_put(c, a->win, n + 3, 0, a->win, 0, 8);                            /* 1: peer out of range */
-    dion_put(c, a->win, next, size - 4, a->win, 0, 8);                      /* 2: runs past the window */
-    dion_signal(c, next, a->dev.num_signals, DION_SIG_SET, 7);              /* 3: signal index too large */
+    dion_put(c, a->win, n + 3, 0, a->win, 0, 8);               /* 1: peer out of range */
+    dion_put(c, a->win, next, size - 4, a->win, 0, 8);         /* 2: runs past the window */
+    dion_signal(c, next, a->dev.num_signals, DION_SIG_SET, 7); /* 3: signal index too large */
     dion_put_signal(c, a->win, next, 0, a->win, 0, 8, a->dev.num_signals + 9, DION_SIG_SET, 1); /* 4 */
-    dion_atomic_fetch_add(c, a->win, next, 12, 1);                          /* 5: misaligned atomic */
-    dion_put(c, a->win, -1, 0, a->win, 0, 8);                               /* 6: negative peer */
-    dion_ctx_t bad = dion_ctx(a->dev, a->dev.num_contexts + 5);             /* 7: context out of range */
-    dion_put(bad, a->win, next, 0, a->win, 0, 8);                           /*    ... and this put is skipped */
+    dion_atomic_fetch_add(c, a->win, next, 12, 1);              /* 5: misaligned atomic */
+    dion_put(c, a->win, -1, 0, a->win, 0, 8);                   /* 6: negative peer */
+    dion_ctx_t bad = dion_ctx(a->dev, a->dev.num_contexts + 5); /* 7: context out of range */
+    dion_put(bad, a->win, next, 0, a->win, 0, 8);               /*    ... and this put is skipped */
     if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
 }
 
@@ -653,7 +692,8 @@ static void dt_test_check(dion_win_t win, char *base, size_t size)
     const char *msg = dion_last_error();
     char want[64];
     snprintf(want, sizeof want, "peer %d is not a rank", dt_n + 3);
-    if (st != DION_ERR_INVALID_ARG) DT_FAIL("dion_dev_check returned %s, expected DION_ERR_INVALID_ARG", dion_status_string(st));
+    if (st != DION_ERR_INVALID_ARG)
+        DT_FAIL("dion_dev_check returned %s, expected DION_ERR_INVALID_ARG", dion_status_string(st));
     else if (!strstr(msg, want) || !strstr(msg, "and 6 more"))
         DT_FAIL("dion_dev_check's sentence does not describe the first bad call and count the rest: %s", msg);
     if (dt_rank == 0) printf("  DION_CHECK: %s\n", msg);
@@ -701,10 +741,12 @@ static void dt_test_timeout(void)
     double dt = dt_now() - t0;
     uint64_t r[2];
     dt_get(r, result, sizeof r);
-    if (r[0] != DION_ERR_TIMEOUT) DT_FAIL("wait returned %s, expected DION_ERR_TIMEOUT", dion_status_string((dion_status_t)r[0]));
+    if (r[0] != DION_ERR_TIMEOUT)
+        DT_FAIL("wait returned %s, expected DION_ERR_TIMEOUT", dion_status_string((dion_status_t)r[0]));
     if (dt < 0.29 || dt > 10) DT_FAIL("the 300 ms wait took %.3f s", dt);
     dion_status_t st = dion_dev_check(dt_comm, &dev);
-    if (st != DION_ERR_TIMEOUT || !strstr(dion_last_error(), "timed out") || !strstr(dion_last_error(), "signal 5"))
+    if (st != DION_ERR_TIMEOUT || !strstr(dion_last_error(), "timed out") ||
+        !strstr(dion_last_error(), "signal 5"))
         DT_FAIL("dion_dev_check: %s: %s", dion_status_string(st), dion_last_error());
     else if (dt_rank == 0)
         printf("  timeout: %s\n", dion_last_error());
@@ -754,7 +796,8 @@ static void dt_test_stats(dion_win_t win)
     if (s1.puts != 3 || s1.put_bytes != 124 || s1.signals != 2 || s1.waits != 1 || s1.gets != 1 ||
         s1.get_bytes != 32 || s1.atomics != 1 || s1.fences != 1 || s1.quiets != 2 || s1.barriers != 1 ||
         s1.errors != 0 || s1.wait_timeouts != 0)
-        DT_FAIL("stats: puts %llu bytes %llu signals %llu waits %llu gets %llu/%llu atomics %llu fences %llu quiets %llu "
+        DT_FAIL("stats: puts %llu bytes %llu signals %llu waits %llu gets %llu/%llu atomics %llu fences %llu "
+                "quiets %llu "
                 "barriers %llu errors %llu",
                 (unsigned long long)s1.puts, (unsigned long long)s1.put_bytes, (unsigned long long)s1.signals,
                 (unsigned long long)s1.waits, (unsigned long long)s1.gets, (unsigned long long)s1.get_bytes,
@@ -805,8 +848,8 @@ static int dt_runner_init(void);
 static int dt_one_rank_per_gpu(int nranks);
 static int dt_peerfail(int n)
 {
-    /* Children are forked before the parent starts the bootstrap root's thread (forking a process with running
-     * threads can leave locks held in the child); the id reaches them through a pipe. */
+    /* Children are forked before the parent starts the bootstrap root's thread (forking a process with
+     * running threads can leave locks held in the child); the id reaches them through a pipe. */
     dion_unique_id_t id;
     pid_t *pids = (pid_t *)calloc((size_t)n, sizeof *pids);
     int fds[2];
@@ -842,14 +885,15 @@ static int dt_peerfail(int n)
         uint64_t res[3];
         dt_get(res, result, sizeof res);
         if (res[0] != DION_ERR_PEER_FAILED)
-            DT_FAIL("wait returned %s, expected DION_ERR_PEER_FAILED", dion_status_string((dion_status_t)res[0]));
+            DT_FAIL("wait returned %s, expected DION_ERR_PEER_FAILED",
+                    dion_status_string((dion_status_t)res[0]));
         char want[32];
         snprintf(want, sizeof want, "rank %d", n - 1);
         dion_status_t st = dion_comm_barrier(dt_comm);
         if (st == DION_SUCCESS || !strstr(dion_last_error(), want))
             DT_FAIL("host barrier: %s: %s (should name %s)", dion_status_string(st), dion_last_error(), want);
-        printf("rank %d: device wait ended with DION_ERR_PEER_FAILED after %.2f s; host: %s\n", r, dt_now() - t0,
-               dion_last_error());
+        printf("rank %d: device wait ended with DION_ERR_PEER_FAILED after %.2f s; host: %s\n", r,
+               dt_now() - t0, dion_last_error());
         fflush(stdout);
         _exit(dt_failures ? 1 : 0);
     }
@@ -910,16 +954,20 @@ static int dt_main(int argc, char **argv)
     } while (0)
     if (!strcmp(mode, "all")) {
         DT_RUN("signals: SET, ADD, six comparisons, signal_read", dt_test_signals());
-        DT_RUN("puts: every size around the vector and group widths, four alignments", dt_test_small_puts(win, (char *)base));
-        DT_RUN("puts: random sizes and unaligned offsets, thread/warp/block", dt_test_puts(win, (char *)base, DT_PUT_ROUNDS, 4u << 20, DT_PUT_HALF));
+        DT_RUN("puts: every size around the vector and group widths, four alignments",
+               dt_test_small_puts(win, (char *)base));
+        DT_RUN("puts: random sizes and unaligned offsets, thread/warp/block",
+               dt_test_puts(win, (char *)base, DT_PUT_ROUNDS, 4u << 20, DT_PUT_HALF));
         DT_RUN("put_signal stream of 10000 with data checks", dt_test_stream(win, 10000));
-        DT_RUN("atomics: fetch-add totals, CAS increments", dt_test_atomics(win, (char *)base, DT_ATOMIC_THREADS, 200, 20));
+        DT_RUN("atomics: fetch-add totals, CAS increments",
+               dt_test_atomics(win, (char *)base, DT_ATOMIC_THREADS, 200, 20));
         DT_RUN("get thread/warp/block, device barrier", dt_test_get_barrier(win, (char *)base));
         DT_RUN("asymmetric window sizes, a 0-byte part", dt_test_asymmetric());
         DT_RUN("wait timeout with an error record", dt_test_timeout());
         DT_RUN_EXTRA();
     } else if (!strcmp(mode, "check")) {
-        DT_RUN("DION_CHECK=1: rejected calls are recorded and write nothing", dt_test_check(win, (char *)base, size));
+        DT_RUN("DION_CHECK=1: rejected calls are recorded and write nothing",
+               dt_test_check(win, (char *)base, size));
     } else if (!strcmp(mode, "stats")) {
         DT_RUN("DION_STATS=1: per-context counters", dt_test_stats(win));
     } else if (!strcmp(mode, "abort")) {

@@ -35,7 +35,10 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static unsigned char pattern(int rank, size_t i, unsigned salt) { return (unsigned char)(rank * 131 + i * 7 + (i >> 9) + salt); }
+static unsigned char pattern(int rank, size_t i, unsigned salt)
+{
+    return (unsigned char)(rank * 131 + i * 7 + (i >> 9) + salt);
+}
 
 /* The collective workout every bootstrap path must pass, checked byte by byte. */
 static void workout(dion_comm_t comm, int barriers)
@@ -53,8 +56,8 @@ static void workout(dion_comm_t comm, int barriers)
         for (int r = 0; r < n; r++)
             for (size_t i = 0; i < sz; i++)
                 if (all[(size_t)r * sz + i] != pattern(r, i, (unsigned)k))
-                    FAIL("rank %d: allgather size %zu: byte %zu of rank %d is %u, expected %u", rank, sz, i, r,
-                         all[(size_t)r * sz + i], pattern(r, i, (unsigned)k));
+                    FAIL("rank %d: allgather size %zu: byte %zu of rank %d is %u, expected %u", rank, sz, i,
+                         r, all[(size_t)r * sz + i], pattern(r, i, (unsigned)k));
         free(mine);
         free(all);
     }
@@ -112,7 +115,8 @@ static int run_ranks(int n, void (*fn)(int rank, void *arg), uid_job_t *job, voi
     }
     prepare(job);
     for (int r = 0; r < n; r++) {
-        if (write(pipes[r][1], &job->id, sizeof job->id) != (ssize_t)sizeof job->id) FAIL("write to rank %d", r);
+        if (write(pipes[r][1], &job->id, sizeof job->id) != (ssize_t)sizeof job->id)
+            FAIL("write to rank %d", r);
         close(pipes[r][1]);
     }
     int failed = 0;
@@ -128,7 +132,10 @@ static int run_ranks(int n, void (*fn)(int rank, void *arg), uid_job_t *job, voi
     return failed;
 }
 
-static void make_id(uid_job_t *j) { CHECK_OK(dion_get_unique_id(&j->id)); }
+static void make_id(uid_job_t *j)
+{
+    CHECK_OK(dion_get_unique_id(&j->id));
+}
 
 static void uid_rank(int rank, void *arg)
 {
@@ -167,8 +174,10 @@ static void secret_rank(int rank, void *arg)
         bad.bytes[30] ^= 0x5a; /* inside the secret */
         dion_comm_t comm;
         dion_status_t st = dion_comm_init_rank(&comm, j->n, &bad, 1);
-        if (st != DION_ERR_BOOTSTRAP) FAIL("impostor: expected DION_ERR_BOOTSTRAP, got %s", dion_status_string(st));
-        if (!strstr(dion_last_error(), "secret")) FAIL("impostor: error does not mention the secret: %s", dion_last_error());
+        if (st != DION_ERR_BOOTSTRAP)
+            FAIL("impostor: expected DION_ERR_BOOTSTRAP, got %s", dion_status_string(st));
+        if (!strstr(dion_last_error(), "secret"))
+            FAIL("impostor: error does not mention the secret: %s", dion_last_error());
         _exit(0);
     }
     if (rank == 1) usleep(300000); /* let the impostor claim rank 1 first */
@@ -181,7 +190,8 @@ static int mode_secret(void)
     uid_job_t j = {.n = 3, .barriers = 10};
     /* ranks 0..2 plus an impostor as "rank 3" of the fork loop */
     int codes[4];
-    if (run_ranks(4, secret_rank, &j, make_id, codes)) FAIL("codes %d %d %d %d", codes[0], codes[1], codes[2], codes[3]);
+    if (run_ranks(4, secret_rank, &j, make_id, codes))
+        FAIL("codes %d %d %d %d", codes[0], codes[1], codes[2], codes[3]);
     printf("wrong secret rejected, real job completed\n");
     return 0;
 }
@@ -239,10 +249,12 @@ static void kill_rank(int rank, void *arg)
     for (int i = 0; i < 100000000 && st == DION_SUCCESS; i++) st = dion_comm_barrier(comm);
     double dt = now_s() - t0;
     if (rank == victim) FAIL("victim survived");
-    if (st != DION_ERR_PEER_FAILED) FAIL("rank %d: expected DION_ERR_PEER_FAILED, got %s", rank, dion_status_string(st));
+    if (st != DION_ERR_PEER_FAILED)
+        FAIL("rank %d: expected DION_ERR_PEER_FAILED, got %s", rank, dion_status_string(st));
     char want[32];
     snprintf(want, sizeof want, "rank %d", victim);
-    if (!strstr(dion_last_error(), want)) FAIL("rank %d: error does not name %s: %s", rank, want, dion_last_error());
+    if (!strstr(dion_last_error(), want))
+        FAIL("rank %d: error does not name %s: %s", rank, want, dion_last_error());
     if (dt > 10.0) FAIL("rank %d: took %.1f s to notice (timeout 10 s)", rank, dt);
     /* Later calls fail at once with the same news. */
     if (dion_comm_barrier(comm) == DION_SUCCESS) FAIL("barrier after failure succeeded");

@@ -13,12 +13,13 @@ int main(int argc, char **argv)
     dion_comm_t comm;
     dion_status_t st = dion_comm_init_mpi(&comm, MPI_COMM_WORLD);
     if (st != DION_SUCCESS) {
-        fprintf(stderr, "FAIL rank %d: dion_comm_init_mpi: %s: %s\n", rank, dion_status_string(st), dion_last_error());
+        fprintf(stderr, "FAIL rank %d: dion_comm_init_mpi: %s: %s\n", rank, dion_status_string(st),
+                dion_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (dion_comm_rank(comm) != rank || dion_comm_size(comm) != size) {
-        fprintf(stderr, "FAIL: dion rank/size %d/%d vs MPI %d/%d\n", dion_comm_rank(comm), dion_comm_size(comm), rank,
-                size);
+        fprintf(stderr, "FAIL: dion rank/size %d/%d vs MPI %d/%d\n", dion_comm_rank(comm),
+                dion_comm_size(comm), rank, size);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     /* Ranks agree on data exchanged through DION's own collectives. */

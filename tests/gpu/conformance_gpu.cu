@@ -17,13 +17,16 @@ static int dt_gpu_sync(const char *what)
 
 #define DT_KERNEL(name, type)                                                                                \
     static __host__ __device__ void name##_body(type *a);                                                    \
-    __global__ void name##_gpu(type arg) { name##_body(&arg); }                                              \
+    __global__ void name##_gpu(type arg)                                                                     \
+    {                                                                                                        \
+        name##_body(&arg);                                                                                   \
+    }                                                                                                        \
     static __host__ __device__ void name##_body(type *a)
 #define DT_LAUNCH(name, grid, block, ptr) (name##_gpu<<<(grid), (block)>>>(*(ptr)), dt_gpu_sync(#name))
-#define DT_ON_HOST 0
-#define DT_BLOCK 512
-#define DT_PUT_ROUNDS 60
-#define DT_ATOMIC_THREADS 128
+#define DT_ON_HOST                        0
+#define DT_BLOCK                          512
+#define DT_PUT_ROUNDS                     60
+#define DT_ATOMIC_THREADS                 128
 
 static void *dt_alloc(size_t n)
 {
@@ -34,7 +37,10 @@ static void *dt_alloc(size_t n)
     }
     return p;
 }
-static void dt_free(void *p) { cudaFree(p); }
+static void dt_free(void *p)
+{
+    cudaFree(p);
+}
 static void dt_get(void *host, const void *mem, size_t n)
 {
     if (n && cudaMemcpy(host, mem, n, cudaMemcpyDefault) != cudaSuccess) {
@@ -51,7 +57,8 @@ static void dt_put(void *mem, const void *host, size_t n)
 }
 
 static void dt_test_register_kinds(void);
-#define DT_RUN_EXTRA() DT_RUN("windows registered from cudaMalloc at an offset and from cuMem VMM", dt_test_register_kinds())
+#define DT_RUN_EXTRA()                                                                                       \
+    DT_RUN("windows registered from cudaMalloc at an offset and from cuMem VMM", dt_test_register_kinds())
 
 #include "../common/conformance.h"
 
@@ -106,12 +113,14 @@ static void dt_test_register_kinds(void)
     /* 3. cuMem VMM: two physical allocations, exportable as file descriptors */
     auto create = dt_cu<CUresult (*)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                                      unsigned long long)>("cuMemCreate");
-    auto granul = dt_cu<CUresult (*)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags)>(
-        "cuMemGetAllocationGranularity");
+    auto granul =
+        dt_cu<CUresult (*)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags)>(
+            "cuMemGetAllocationGranularity");
     auto reserve = dt_cu<CUresult (*)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)>(
         "cuMemAddressReserve");
-    auto map = dt_cu<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)>(
-        "cuMemMap");
+    auto map =
+        dt_cu<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)>(
+            "cuMemMap");
     auto access = dt_cu<CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)>("cuMemSetAccess");
     auto release = dt_cu<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease");
     auto unmap = dt_cu<CUresult (*)(CUdeviceptr, size_t)>("cuMemUnmap");
@@ -148,4 +157,7 @@ static void dt_test_register_kinds(void)
     vfree(va, total);
 }
 
-int main(int argc, char **argv) { return dt_main(argc, argv); }
+int main(int argc, char **argv)
+{
+    return dt_main(argc, argv);
+}

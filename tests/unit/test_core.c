@@ -30,7 +30,8 @@ static void test_status(void)
     CHECK(strstr(dion_status_string((dion_status_t)99), "unknown") != NULL, "out-of-range status");
     dion__error_set(DION_ERR_TIMEOUT, "first %d", 1);
     dion__error_set(DION_ERR_TIMEOUT, "wrapped: %s", dion_last_error()); /* may refer to itself */
-    CHECK(strcmp(dion_last_error(), "wrapped: first 1") == 0, "self-referencing sentence: %s", dion_last_error());
+    CHECK(strcmp(dion_last_error(), "wrapped: first 1") == 0, "self-referencing sentence: %s",
+          dion_last_error());
 }
 
 static void test_config(void)
@@ -40,17 +41,29 @@ static void test_config(void)
         const char *text;
         uint64_t ns;
         int ok;
-    } cases[] = {{"0", 0, 1},       {"2", 2000000000ull, 1}, {"1.5s", 1500000000ull, 1}, {"250ms", 250000000ull, 1},
-                 {"10us", 10000, 1}, {"7ns", 7, 1},          {"2m", 120000000000ull, 1}, {"1h", 3600000000000ull, 1},
-                 {"", 0, 0},        {"abc", 0, 0},           {"5 s", 0, 0},              {"-1s", 0, 0},
+    } cases[] = {{"0", 0, 1},
+                 {"2", 2000000000ull, 1},
+                 {"1.5s", 1500000000ull, 1},
+                 {"250ms", 250000000ull, 1},
+                 {"10us", 10000, 1},
+                 {"7ns", 7, 1},
+                 {"2m", 120000000000ull, 1},
+                 {"1h", 3600000000000ull, 1},
+                 {"", 0, 0},
+                 {"abc", 0, 0},
+                 {"5 s", 0, 0},
+                 {"-1s", 0, 0},
                  {"3parsecs", 0, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dion_status_t st = dion__parse_duration_ns(cases[i].text, &ns);
-        CHECK((st == DION_SUCCESS) == cases[i].ok, "duration '%s' -> %s", cases[i].text, dion_status_string(st));
-        if (cases[i].ok) CHECK(ns == cases[i].ns, "duration '%s' -> %llu", cases[i].text, (unsigned long long)ns);
+        CHECK((st == DION_SUCCESS) == cases[i].ok, "duration '%s' -> %s", cases[i].text,
+              dion_status_string(st));
+        if (cases[i].ok)
+            CHECK(ns == cases[i].ns, "duration '%s' -> %llu", cases[i].text, (unsigned long long)ns);
     }
     setenv("DION_BOOTSTRAP_TIMEOUT", "forever", 1);
-    CHECK(dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &ns) == DION_ERR_INVALID_ARG, "bad duration accepted");
+    CHECK(dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &ns) == DION_ERR_INVALID_ARG,
+          "bad duration accepted");
     CHECK(strstr(dion_last_error(), "DION_BOOTSTRAP_TIMEOUT") != NULL, "sentence names the variable: %s",
           dion_last_error());
     unsetenv("DION_BOOTSTRAP_TIMEOUT");
@@ -58,7 +71,8 @@ static void test_config(void)
           "default bootstrap timeout %llu", (unsigned long long)ns);
     long long v = 0;
     setenv("DION_DEVICE", "12", 1);
-    CHECK(dion__cfg_int("DION_DEVICE", -1, 7, &v) == DION_ERR_INVALID_ARG && strstr(dion_last_error(), "[-1, 7]"),
+    CHECK(dion__cfg_int("DION_DEVICE", -1, 7, &v) == DION_ERR_INVALID_ARG &&
+              strstr(dion_last_error(), "[-1, 7]"),
           "range error: %s", dion_last_error());
     setenv("DION_DEVICE", "3x", 1);
     CHECK(dion__cfg_int("DION_DEVICE", -1, 7, &v) == DION_ERR_INVALID_ARG, "trailing junk accepted");
@@ -100,7 +114,8 @@ static void test_uid_and_frames(void)
           "round trip");
     char hex[2 * sizeof id.bytes + 1];
     dion__uid_to_hex(&id, hex);
-    CHECK(dion__uid_from_hex(hex, &id2) == DION_SUCCESS && memcmp(&id, &id2, sizeof id) == 0, "hex round trip");
+    CHECK(dion__uid_from_hex(hex, &id2) == DION_SUCCESS && memcmp(&id, &id2, sizeof id) == 0,
+          "hex round trip");
     hex[10] = 'z';
     CHECK(dion__uid_from_hex(hex, &id2) == DION_ERR_INVALID_ARG, "bad hex accepted");
     CHECK(dion__uid_from_hex("abcd", &id2) == DION_ERR_INVALID_ARG, "short hex accepted");
@@ -114,7 +129,8 @@ static void test_uid_and_frames(void)
     uint8_t h[DION__FRAME_HDR];
     uint32_t type, len;
     dion__frame_hdr_encode(h, DION__FRAME_DATA, 1234);
-    CHECK(dion__frame_hdr_decode(h, &type, &len) == 0 && type == DION__FRAME_DATA && len == 1234, "frame round trip");
+    CHECK(dion__frame_hdr_decode(h, &type, &len) == 0 && type == DION__FRAME_DATA && len == 1234,
+          "frame round trip");
     dion__frame_hdr_encode(h, DION__FRAME_DATA, DION__FRAME_MAX + 1);
     CHECK(dion__frame_hdr_decode(h, &type, &len) != 0, "oversized frame accepted");
     dion__frame_hdr_encode(h, 99, 8);
@@ -123,10 +139,12 @@ static void test_uid_and_frames(void)
     h[1] ^= 0x40;
     CHECK(dion__frame_hdr_decode(h, &type, &len) != 0, "bad magic accepted");
     uint8_t a = 0x11, b = 0x11;
-    CHECK(dion__secret_equal(&a, &b, 1) && !dion__secret_equal((const uint8_t *)"ab", (const uint8_t *)"ac", 2),
+    CHECK(dion__secret_equal(&a, &b, 1) &&
+              !dion__secret_equal((const uint8_t *)"ab", (const uint8_t *)"ac", 2),
           "secret compare");
     dion__addr_t ad;
-    CHECK(dion__addr_parse("127.0.0.1:80", &ad) == DION_SUCCESS && ad.port == 80 && ad.addr[0] == 127, "parse v4");
+    CHECK(dion__addr_parse("127.0.0.1:80", &ad) == DION_SUCCESS && ad.port == 80 && ad.addr[0] == 127,
+          "parse v4");
     CHECK(dion__addr_parse("[::1]:9", &ad) == DION_SUCCESS && ad.family == 6 && ad.port == 9, "parse v6");
     CHECK(dion__addr_parse("localhost", &ad) == DION_ERR_INVALID_ARG, "no port accepted");
     CHECK(dion__addr_parse("127.0.0.1:99999", &ad) == DION_ERR_INVALID_ARG, "port out of range accepted");

@@ -50,13 +50,15 @@ dion_status_t dion__host_alloc(size_t bytes, void **base)
     if (ftruncate(fd, (off_t)size) != 0) {
         int e = errno;
         close(fd);
-        return dion__error(DION_ERR_NO_MEMORY, "cannot size shared memory to %zu bytes: %s", size, strerror(e));
+        return dion__error(DION_ERR_NO_MEMORY, "cannot size shared memory to %zu bytes: %s", size,
+                           strerror(e));
     }
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         int e = errno;
         close(fd);
-        return dion__error(DION_ERR_NO_MEMORY, "cannot map %zu bytes of shared memory: %s", size, strerror(e));
+        return dion__error(DION_ERR_NO_MEMORY, "cannot map %zu bytes of shared memory: %s", size,
+                           strerror(e));
     }
     dion__host_region_t *r = calloc(1, sizeof *r);
     if (!r) {
@@ -143,7 +145,8 @@ uint32_t dion__p2p_peer_scope(dion_comm_t c, int peer, int cpu_mode)
 {
     if (cpu_mode) return DION_SCOPE_SYS;
     if (c->info[peer].cuda_device < 0 || c->cuda_device < 0) return DION_SCOPE_SYS;
-    return memcmp(c->info[peer].gpu_uuid, c->info[c->rank].gpu_uuid, 16) == 0 ? DION_SCOPE_GPU : DION_SCOPE_SYS;
+    return memcmp(c->info[peer].gpu_uuid, c->info[c->rank].gpu_uuid, 16) == 0 ? DION_SCOPE_GPU
+                                                                              : DION_SCOPE_SYS;
 }
 
 /* ---- export ---- */
@@ -153,8 +156,9 @@ static dion_status_t dion__vmm_mapping(const dion__cu_t *cu, CUdeviceptr p, CUde
 {
     CUresult r = cu->PointerGetAttribute(start, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p);
     if (r == CUDA_SUCCESS) r = cu->PointerGetAttribute(size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, p);
-    return r == CUDA_SUCCESS ? DION_SUCCESS
-                             : dion__cu_check(r, "reading the VMM mapping of a window (is the whole range mapped?)");
+    return r == CUDA_SUCCESS
+               ? DION_SUCCESS
+               : dion__cu_check(r, "reading the VMM mapping of a window (is the whole range mapped?)");
 }
 
 static dion_status_t dion__export_vmm(const dion__cu_t *cu, void *base, size_t bytes, dion__mem_desc_t *d,
@@ -182,10 +186,11 @@ static dion_status_t dion__export_vmm(const dion__cu_t *cu, void *base, size_t b
         r = cu->MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
         cu->MemRelease(h);
         if (r != CUDA_SUCCESS)
-            return dion__error(DION_ERR_UNSUPPORTED,
-                               "cannot export the VMM allocation at %p as a file descriptor (CUresult %d): create it "
-                               "with CUmemAllocationProp.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
-                               (void *)(uintptr_t)p, (int)r);
+            return dion__error(
+                DION_ERR_UNSUPPORTED,
+                "cannot export the VMM allocation at %p as a file descriptor (CUresult %d): create it "
+                "with CUmemAllocationProp.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
+                (void *)(uintptr_t)p, (int)r);
         exp->fds[exp->nfds++] = fd;
         d->chunk_size[d->nchunks++] = cs;
         d->map_size += cs;
@@ -194,7 +199,8 @@ static dion_status_t dion__export_vmm(const dion__cu_t *cu, void *base, size_t b
     return DION_SUCCESS;
 }
 
-dion_status_t dion__p2p_export(dion_comm_t c, void *base, size_t bytes, dion__mem_desc_t *d, dion__mem_export_t *exp)
+dion_status_t dion__p2p_export(dion_comm_t c, void *base, size_t bytes, dion__mem_desc_t *d,
+                               dion__mem_export_t *exp)
 {
     memset(d, 0, sizeof *d);
     exp->nfds = 0;
@@ -208,7 +214,8 @@ dion_status_t dion__p2p_export(dion_comm_t c, void *base, size_t bytes, dion__me
         d->map_size = hr->size;
         exp->fds[0] = dup(hr->fd);
         exp->nfds = 1;
-        return exp->fds[0] >= 0 ? DION_SUCCESS : dion__error(DION_ERR_INTERNAL, "dup failed: %s", strerror(errno));
+        return exp->fds[0] >= 0 ? DION_SUCCESS
+                                : dion__error(DION_ERR_INTERNAL, "dup failed: %s", strerror(errno));
     }
     struct cudaPointerAttributes a;
     memset(&a, 0, sizeof a);
@@ -224,8 +231,8 @@ dion_status_t dion__p2p_export(dion_comm_t c, void *base, size_t bytes, dion__me
     if (cudaGetDeviceProperties(&prop, a.device) == cudaSuccess) memcpy(d->gpu_uuid, prop.uuid.bytes, 16);
     const dion__cu_t *cu = dion__cu();
     if (!cu) return dion__error(DION_ERR_CUDA, "%s", dion_last_error());
-    /* cudaMalloc memory travels as a legacy IPC handle; cuMem (VMM) memory is not IPC-capable that way. Asking
-     * the attribute avoids probing calls that fail (and that compute-sanitizer reports). */
+    /* cudaMalloc memory travels as a legacy IPC handle; cuMem (VMM) memory is not IPC-capable that way.
+     * Asking the attribute avoids probing calls that fail (and that compute-sanitizer reports). */
     int legacy_ipc = 0;
     CUresult ar = cu->PointerGetAttribute(&legacy_ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
                                           (CUdeviceptr)(uintptr_t)base);
@@ -240,9 +247,10 @@ dion_status_t dion__p2p_export(dion_comm_t c, void *base, size_t bytes, dion__me
     CUresult r = cu->MemGetAddressRange(&start, &size, (CUdeviceptr)(uintptr_t)base);
     if (r != CUDA_SUCCESS) return dion__cu_check(r, "cuMemGetAddressRange");
     if ((uintptr_t)base + bytes > start + size)
-        return dion__error(DION_ERR_INVALID_ARG,
-                           "the window [%p, +%zu) runs past the end of its cudaMalloc allocation (%zu bytes from %p)",
-                           base, bytes, size, (void *)(uintptr_t)start);
+        return dion__error(
+            DION_ERR_INVALID_ARG,
+            "the window [%p, +%zu) runs past the end of its cudaMalloc allocation (%zu bytes from %p)", base,
+            bytes, size, (void *)(uintptr_t)start);
     cudaIpcMemHandle_t ipc;
     cudaError_t e = cudaIpcGetMemHandle(&ipc, base);
     if (e != cudaSuccess) return dion__cuda_check(e, "cudaIpcGetMemHandle");
@@ -265,13 +273,14 @@ static int dion__desc_nfds(const dion__mem_desc_t *d)
     return d->kind == DION__MEM_HOST_FD ? 1 : d->kind == DION__MEM_VMM ? (int)d->nchunks : 0;
 }
 
-dion_status_t dion__p2p_share_fds(dion_comm_t c, const dion__mem_desc_t *descs, const dion__mem_export_t *mine,
-                                  int (*fds)[DION__VMM_MAX_CHUNKS])
+dion_status_t dion__p2p_share_fds(dion_comm_t c, const dion__mem_desc_t *descs,
+                                  const dion__mem_export_t *mine, int (*fds)[DION__VMM_MAX_CHUNKS])
 {
     int rounds = 0;
     for (int r = 0; r < c->nranks; r++) {
         for (int k = 0; k < DION__VMM_MAX_CHUNKS; k++) fds[r][k] = -1;
-        if (dion__comm_is_local(c, r) && dion__desc_nfds(&descs[r]) > rounds) rounds = dion__desc_nfds(&descs[r]);
+        if (dion__comm_is_local(c, r) && dion__desc_nfds(&descs[r]) > rounds)
+            rounds = dion__desc_nfds(&descs[r]);
     }
     int *got = malloc(sizeof(int) * (size_t)c->nranks);
     if (!got) return dion__error(DION_ERR_NO_MEMORY, "out of memory");
@@ -286,19 +295,23 @@ dion_status_t dion__p2p_share_fds(dion_comm_t c, const dion__mem_desc_t *descs, 
 
 /* ---- import ---- */
 
-dion_status_t dion__p2p_import(dion_comm_t c, int peer, const dion__mem_desc_t *d, int *fds, dion__mem_import_t *imp)
+dion_status_t dion__p2p_import(dion_comm_t c, int peer, const dion__mem_desc_t *d, int *fds,
+                               dion__mem_import_t *imp)
 {
     memset(imp, 0, sizeof *imp);
     imp->kind = d->kind;
     int nfds = dion__desc_nfds(d);
     dion_status_t st = DION_SUCCESS;
     switch (d->kind) {
-    case DION__MEM_NONE: break;
+    case DION__MEM_NONE:
+        break;
     case DION__MEM_HOST_FD: {
-        if (fds[0] < 0) return dion__error(DION_ERR_INTERNAL, "no file descriptor arrived from rank %d", peer);
+        if (fds[0] < 0)
+            return dion__error(DION_ERR_INTERNAL, "no file descriptor arrived from rank %d", peer);
         void *p = mmap(NULL, d->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
         if (p == MAP_FAILED) {
-            st = dion__error(DION_ERR_NO_MEMORY, "cannot map rank %d's host window: %s", peer, strerror(errno));
+            st = dion__error(DION_ERR_NO_MEMORY, "cannot map rank %d's host window: %s", peer,
+                             strerror(errno));
             break;
         }
         imp->map = p;
@@ -314,8 +327,8 @@ dion_status_t dion__p2p_import(dion_comm_t c, int peer, const dion__mem_desc_t *
         cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
         if (e != cudaSuccess) {
             st = dion__cuda_check(e, "cudaIpcOpenMemHandle");
-            dion__error_wrap(st, "mapping rank %d's GPU memory (several ranks on one GPU need MPS: dionrun --mps)",
-                             peer);
+            dion__error_wrap(
+                st, "mapping rank %d's GPU memory (several ranks on one GPU need MPS: dionrun --mps)", peer);
             break;
         }
         imp->map = p;
@@ -340,7 +353,8 @@ dion_status_t dion__p2p_import(dion_comm_t c, int peer, const dion__mem_desc_t *
         uint64_t off = 0;
         for (uint32_t k = 0; k < d->nchunks && st == DION_SUCCESS; k++) {
             CUmemGenericAllocationHandle h;
-            r = cu->MemImportFromShareableHandle(&h, (void *)(uintptr_t)fds[k], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+            r = cu->MemImportFromShareableHandle(&h, (void *)(uintptr_t)fds[k],
+                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
             if (r != CUDA_SUCCESS) {
                 st = dion__cu_check(r, "cuMemImportFromShareableHandle");
                 break;
@@ -363,7 +377,8 @@ dion_status_t dion__p2p_import(dion_comm_t c, int peer, const dion__mem_desc_t *
         if (st != DION_SUCCESS) dion__error_wrap(st, "mapping rank %d's VMM window", peer);
         break;
     }
-    default: st = dion__error(DION_ERR_INTERNAL, "rank %d described memory of unknown kind %u", peer, d->kind);
+    default:
+        st = dion__error(DION_ERR_INTERNAL, "rank %d described memory of unknown kind %u", peer, d->kind);
     }
     for (int k = 0; k < nfds; k++)
         if (fds[k] >= 0) {
@@ -382,7 +397,9 @@ void dion__p2p_unmap(dion__mem_import_t *imp)
         if (imp->host_registered) cudaHostUnregister(imp->map);
         munmap(imp->map, imp->map_size);
         break;
-    case DION__MEM_CUDA_IPC: cudaIpcCloseMemHandle(imp->map); break;
+    case DION__MEM_CUDA_IPC:
+        cudaIpcCloseMemHandle(imp->map);
+        break;
     case DION__MEM_VMM: {
         const dion__cu_t *cu = dion__cu();
         if (cu) {

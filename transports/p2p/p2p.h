@@ -1,6 +1,6 @@
 /* The p2p backend's host half: making a rank's memory (windows, signal tables) loadable and storable by the
- * other ranks of its node. GPU memory travels as CUDA IPC handles (cudaMalloc) or as file descriptors of cuMem
- * VMM allocations; host memory as memfd file descriptors. */
+ * other ranks of its node. GPU memory travels as CUDA IPC handles (cudaMalloc) or as file descriptors of
+ * cuMem VMM allocations; host memory as memfd file descriptors. */
 #ifndef DION_TRANSPORT_P2P_H
 #define DION_TRANSPORT_P2P_H
 
@@ -21,11 +21,11 @@ typedef enum {
 /* What a rank tells the others about one region. Fixed size: it travels through allgather. */
 typedef struct {
     uint32_t kind;
-    uint32_t nchunks;    /* VMM: allocations that make up the mapped range */
-    uint64_t size;       /* registered bytes */
-    uint64_t offset;     /* registered base minus the start of what is mapped */
-    uint64_t map_size;   /* bytes the importer maps */
-    uint8_t ipc[64];     /* cudaIpcMemHandle_t */
+    uint32_t nchunks;  /* VMM: allocations that make up the mapped range */
+    uint64_t size;     /* registered bytes */
+    uint64_t offset;   /* registered base minus the start of what is mapped */
+    uint64_t map_size; /* bytes the importer maps */
+    uint8_t ipc[64];   /* cudaIpcMemHandle_t */
     uint8_t gpu_uuid[16];
     uint64_t chunk_size[DION__VMM_MAX_CHUNKS];
 } dion__mem_desc_t;
@@ -39,9 +39,9 @@ typedef struct {
 /* A peer's region as mapped here. */
 typedef struct {
     uint32_t kind;
-    void *map;       /* what was mapped (IPC base, reserved VA, mmap) */
+    void *map; /* what was mapped (IPC base, reserved VA, mmap) */
     uint64_t map_size;
-    char *base;      /* map + offset: the peer's registered base in this address space */
+    char *base; /* map + offset: the peer's registered base in this address space */
     int host_registered;
 } dion__mem_import_t;
 
@@ -50,14 +50,15 @@ dion_status_t dion__p2p_export(dion_comm_t comm, void *base, size_t bytes, dion_
                                dion__mem_export_t *exp);
 void dion__p2p_export_close(dion__mem_export_t *exp);
 /* Hands each local peer the file descriptors of this rank's export and receives theirs: fds[r][chunk]. */
-dion_status_t dion__p2p_share_fds(dion_comm_t comm, const dion__mem_desc_t *descs, const dion__mem_export_t *mine,
-                                  int (*fds)[DION__VMM_MAX_CHUNKS]);
+dion_status_t dion__p2p_share_fds(dion_comm_t comm, const dion__mem_desc_t *descs,
+                                  const dion__mem_export_t *mine, int (*fds)[DION__VMM_MAX_CHUNKS]);
 /* Maps peer's region. fds are the descriptors received from that peer (consumed). */
 dion_status_t dion__p2p_import(dion_comm_t comm, int peer, const dion__mem_desc_t *desc, int *fds,
                                dion__mem_import_t *imp);
 void dion__p2p_unmap(dion__mem_import_t *imp);
 
-/* Whether this rank can map memory of kind from peer (same node, and for GPU memory a GPU that can reach it). */
+/* Whether this rank can map memory of kind from peer (same node, and for GPU memory a GPU that can reach it).
+ */
 int dion__p2p_reachable(dion_comm_t comm, int peer, uint32_t kind, const char **why);
 /* Scope a peer needs: GPU when its GPU is this rank's GPU, else SYS. */
 uint32_t dion__p2p_peer_scope(dion_comm_t comm, int peer, int cpu_mode);

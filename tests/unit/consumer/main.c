@@ -22,7 +22,8 @@ int main(void)
     memcpy(base, "installed", 10);
     dion_ctx_t c = dion_ctx(dev, 0);
     dion_put_signal(c, dion_win_device(win), 0, 32, dion_win_device(win), 0, 10, 0, DION_SIG_SET, 1);
-    int ok = dion_wait(c, 0, DION_CMP_EQ, 1, NULL) == DION_SUCCESS && strcmp((char *)base + 32, "installed") == 0;
+    int ok =
+        dion_wait(c, 0, DION_CMP_EQ, 1, NULL) == DION_SUCCESS && strcmp((char *)base + 32, "installed") == 0;
     dion_dev_destroy(comm, &dev);
     dion_win_destroy(win);
     dion_comm_destroy(comm);
