@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <vector>
+
 #define BENCH_CHECK_CUDA(call)                                                                               \
     do {                                                                                                     \
         cudaError_t e_ = (call);                                                                             \
@@ -78,7 +81,102 @@ static inline void bench_row(const bench_opts_t *o, const char *impl, const char
     fclose(f);
 }
 
+static __device__ __forceinline__ uint64_t bench_now_ns(void)
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Busy work for about ns nanoseconds, so that clocks have ramped up before anything is timed. */
+__global__ void bench_spin(uint64_t ns, unsigned long long *sink)
+{
+    uint64_t t0 = bench_now_ns(), x = threadIdx.x;
+    while (bench_now_ns() - t0 < ns) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    if (x == 42) sink[0] = x;
+}
+
+/* Every rank's source bytes: a pattern the receiver can predict. */
+static __host__ __device__ inline unsigned char bench_byte(int rank, size_t i)
+{
+    return (unsigned char)(rank * 37 + i * 13 + (i >> 8));
+}
+
+__global__ void bench_fill(char *p, size_t n, int rank)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        p[i] = (char)bench_byte(rank, i);
+}
+
+/* 1 when the bytes at mem+dst are not peer's source bytes from src_off on (and says which). */
+static inline int bench_check_landed(const char *impl, const char *mem, size_t dst, size_t src_off,
+                                     size_t bytes, int peer, const char *what)
+{
+    std::vector<unsigned char> h(bytes);
+    BENCH_CHECK_CUDA(cudaMemcpy(h.data(), mem + dst, bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < bytes; i++)
+        if (h[i] != bench_byte(peer, src_off + i)) {
+            fprintf(stderr, "FAIL %s %s: byte %zu of %zu did not arrive (0x%02x, expected 0x%02x)\n", impl,
+                    what, i, bytes, h[i], bench_byte(peer, src_off + i));
+            return 1;
+        }
+    return 0;
+}
+
+/* Times reps launches with CUDA events; the first one warms up and is dropped. Sorted milliseconds. */
+template <class Launch> static std::vector<float> bench_time_ms(int reps, Launch launch)
+{
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    std::vector<float> ms;
+    for (int rep = 0; rep < reps; rep++) {
+        cudaEventRecord(a);
+        launch();
+        cudaEventRecord(b);
+        BENCH_CHECK_CUDA(cudaEventSynchronize(b));
+        float t = 0;
+        cudaEventElapsedTime(&t, a, b);
+        if (rep) ms.push_back(t);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(ms.begin(), ms.end());
+    return ms;
+}
+
 static const long long bench_ps_sizes[] = {8, 64, 1024, 4096, 16384, 65536, 262144, 1048576};
 #define BENCH_PS_NSIZES (int)(sizeof bench_ps_sizes / sizeof bench_ps_sizes[0])
+
+/* One ping-pong measurement: the standard list is the signal ping-pong and put_signal at every size for a
+ * thread (up to 4 KiB), a warp and a block of 1024; op codes are each benchmark's own. */
+typedef struct {
+    const char *test, *group;
+    int op, threads;
+    long long bytes;
+} bench_pp_case_t;
+
+static inline std::vector<bench_pp_case_t> bench_pp_cases(const bench_opts_t *o, int op_signal, int op_thread,
+                                                          int op_warp, int op_block)
+{
+    std::vector<bench_pp_case_t> cases;
+    if (bench_wants(o, "signal")) cases.push_back({"signal_pingpong", "thread", op_signal, 1, 0});
+    if (bench_wants(o, "put_signal"))
+        for (int s = 0; s < BENCH_PS_NSIZES; s++) {
+            long long b = bench_ps_sizes[s];
+            if (b <= 4096) cases.push_back({"put_signal_pingpong", "thread", op_thread, 1, b});
+            cases.push_back({"put_signal_pingpong", "warp", op_warp, 32, b});
+            cases.push_back({"put_signal_pingpong", "block", op_block, 1024, b});
+        }
+    return cases;
+}
+
+/* Fewer round trips for large messages, so that every case takes about as long. */
+static inline void bench_pp_iters(const bench_opts_t *o, long long bytes, int *iters, int *warmup)
+{
+    *iters = bytes >= 262144 ? o->iters / 20 : bytes >= 16384 ? o->iters / 4 : o->iters;
+    *warmup = (int)((long long)o->warmup * *iters / o->iters);
+}
 
 #endif

@@ -26,13 +26,6 @@ enum { OP_SIGNAL, OP_PS_THREAD, OP_PS_WARP, OP_PS_BLOCK };
         }                                                                                                    \
     } while (0)
 
-static __device__ __forceinline__ uint64_t now_ns(void)
-{
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 /* int4 body with a byte tail, split over the group: what LSA user code typically writes. */
 static __device__ __forceinline__ void group_copy(char *dst, const char *src, size_t bytes, uint32_t r,
                                                   uint32_t g)
@@ -54,7 +47,7 @@ __global__ void __launch_bounds__(1024, 1)
     uint64_t t0 = 0;
     for (int i = 1; i <= warmup + iters; i++) {
         uint64_t v = base + (uint64_t)i;
-        if (i == warmup + 1) t0 = now_ns();
+        if (i == warmup + 1) t0 = bench_now_ns();
         for (int half = 0; half < 2; half++) {
             if ((half == 0) == initiator) {
                 if (op == OP_PS_THREAD && tid == 0) group_copy(theirs + PP_DST, mine, bytes, 0, 1);
@@ -78,7 +71,7 @@ __global__ void __launch_bounds__(1024, 1)
             }
         }
     }
-    if (tid == 0 && initiator) out[0] = now_ns() - t0;
+    if (tid == 0 && initiator) out[0] = bench_now_ns() - t0;
 }
 
 __global__ void put_bw(ncclWindow_t win, size_t total, size_t dst_base, int peer)
@@ -87,21 +80,6 @@ __global__ void put_bw(ncclWindow_t win, size_t total, size_t dst_base, int peer
     int4 *dst = (int4 *)ncclGetLsaPointer(win, dst_base, peer);
     size_t n16 = total / 16, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) dst[i] = src[i];
-}
-
-/* Busy work for about ns nanoseconds, so that clocks have ramped up before anything is timed. */
-__global__ void spin(uint64_t ns, unsigned long long *sink)
-{
-    uint64_t t0 = now_ns(), x = threadIdx.x;
-    while (now_ns() - t0 < ns) x = x * 6364136223846793005ull + 1442695040888963407ull;
-    if (x == 42) sink[0] = x;
-}
-
-__global__ void fill(char *p, size_t n, int rank)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        p[i] = (char)(rank * 37 + i * 13 + (i >> 8));
 }
 
 int main(int argc, char **argv)
@@ -137,35 +115,21 @@ int main(int argc, char **argv)
 #endif
     ncclDevComm dc;
     NCCL_OK(ncclDevCommCreate(comm, &reqs, &dc));
-    fill<<<prop.multiProcessorCount * 4, 512>>>((char *)buf, bytes / 2, rank);
+    bench_fill<<<prop.multiProcessorCount * 4, 512>>>((char *)buf, bytes / 2, rank);
     BENCH_CHECK_CUDA(cudaMemset((char *)buf + SIG_OFF, 0, 8));
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
     BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
-    spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
+    bench_spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     dion_comm_barrier(dcomm);
     if (rank == 0) printf("# NCCL %d LSA bench: %d ranks, GPU %s\n", NCCL_VERSION_CODE, n, prop.name);
     uint64_t base_value = 0;
     int failures = 0, active = rank < 2, peer = rank ^ 1;
 
-    struct pp_case {
-        const char *test, *group;
-        int op, threads;
-        long long bytes;
-    };
-    std::vector<pp_case> cases;
-    if (bench_wants(&o, "signal")) cases.push_back({"signal_pingpong", "thread", OP_SIGNAL, 1, 0});
-    if (bench_wants(&o, "put_signal"))
-        for (int s = 0; s < BENCH_PS_NSIZES; s++) {
-            long long b = bench_ps_sizes[s];
-            if (b <= 4096) cases.push_back({"put_signal_pingpong", "thread", OP_PS_THREAD, 1, b});
-            cases.push_back({"put_signal_pingpong", "warp", OP_PS_WARP, 32, b});
-            cases.push_back({"put_signal_pingpong", "block", OP_PS_BLOCK, 1024, b});
-        }
-    for (const pp_case &pc : cases) {
-        int iters = pc.bytes >= 262144 ? o.iters / 20 : pc.bytes >= 16384 ? o.iters / 4 : o.iters;
-        int warmup = o.warmup * iters / o.iters;
+    for (const bench_pp_case_t &pc : bench_pp_cases(&o, OP_SIGNAL, OP_PS_THREAD, OP_PS_WARP, OP_PS_BLOCK)) {
+        int iters, warmup;
+        bench_pp_iters(&o, pc.bytes, &iters, &warmup);
         dion_comm_barrier(dcomm);
         if (active) {
             pingpong<<<1, pc.threads>>>(win, dc, (size_t)pc.bytes, pc.op, iters, warmup, base_value, out);
@@ -175,16 +139,9 @@ int main(int argc, char **argv)
         dion_comm_barrier(dcomm);
         unsigned long long t;
         BENCH_CHECK_CUDA(cudaMemcpy(&t, out, 8, cudaMemcpyDeviceToHost));
-        if (active && pc.bytes) {
-            std::vector<unsigned char> h((size_t)pc.bytes);
-            BENCH_CHECK_CUDA(cudaMemcpy(h.data(), (char *)buf + PP_DST, h.size(), cudaMemcpyDeviceToHost));
-            for (size_t i = 0; i < h.size(); i++)
-                if (h[i] != (unsigned char)(peer * 37 + i * 13 + (i >> 8))) {
-                    fprintf(stderr, "FAIL nccl %s: byte %zu did not arrive\n", pc.test, i);
-                    failures++;
-                    break;
-                }
-        }
+        if (active && pc.bytes)
+            failures +=
+                bench_check_landed("nccl_lsa", (char *)buf, PP_DST, 0, (size_t)pc.bytes, peer, pc.test);
         if (rank == 0)
             bench_row(&o, "nccl_lsa", pc.test, pc.group, pc.bytes, "oneway_us", (double)t / iters / 2 / 1000);
     }
@@ -192,20 +149,8 @@ int main(int argc, char **argv)
         size_t total = (size_t)o.bw_bytes;
         dion_comm_barrier(dcomm);
         if (rank == 0) {
-            cudaEvent_t a, b;
-            cudaEventCreate(&a);
-            cudaEventCreate(&b);
-            std::vector<float> ms;
-            for (int rep = 0; rep < 6; rep++) {
-                cudaEventRecord(a);
-                put_bw<<<prop.multiProcessorCount * 4, 512>>>(win, total, total, 1);
-                cudaEventRecord(b);
-                BENCH_CHECK_CUDA(cudaEventSynchronize(b));
-                float t;
-                cudaEventElapsedTime(&t, a, b);
-                if (rep) ms.push_back(t);
-            }
-            std::sort(ms.begin(), ms.end());
+            std::vector<float> ms = bench_time_ms(
+                6, [&] { put_bw<<<prop.multiProcessorCount * 4, 512>>>(win, total, total, 1); });
             bench_row(&o, "nccl_lsa", "put_bw", "block", (long long)total, "GBps_median",
                       total / (ms[ms.size() / 2] * 1e-3) / 1e9);
             bench_row(&o, "nccl_lsa", "put_bw", "block", (long long)total, "GBps_best",

@@ -15,13 +15,6 @@
 
 enum { OP_SIGNAL, OP_PS_THREAD, OP_PS_WARP, OP_PS_BLOCK };
 
-static __device__ __forceinline__ uint64_t now_ns(void)
-{
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 __global__ void __launch_bounds__(1024, 1) pingpong(char *buf, uint64_t *sig, size_t bytes, int op, int iters,
                                                     int warmup, uint64_t base, unsigned long long *out)
 {
@@ -30,7 +23,7 @@ __global__ void __launch_bounds__(1024, 1) pingpong(char *buf, uint64_t *sig, si
     uint64_t t0 = 0;
     for (int i = 1; i <= warmup + iters; i++) {
         uint64_t v = base + (uint64_t)i;
-        if (i == warmup + 1) t0 = now_ns();
+        if (i == warmup + 1) t0 = bench_now_ns();
         for (int half = 0; half < 2; half++) {
             if ((half == 0) == initiator) {
                 switch (op) {
@@ -59,7 +52,7 @@ __global__ void __launch_bounds__(1024, 1) pingpong(char *buf, uint64_t *sig, si
             }
         }
     }
-    if (tid == 0 && initiator) out[0] = now_ns() - t0;
+    if (tid == 0 && initiator) out[0] = bench_now_ns() - t0;
 }
 
 __global__ void put_bw(char *buf, size_t total, size_t chunk, size_t dst_base, int peer)
@@ -77,7 +70,7 @@ __global__ void __launch_bounds__(1024, 1)
 {
     uint64_t t0 = 0;
     for (int i = 0; i < warmup + iters; i++) {
-        if (i == warmup) t0 = now_ns();
+        if (i == warmup) t0 = bench_now_ns();
         if (group == 2)
             nvshmemx_putmem_nbi_block(buf + PP_DST, buf, bytes, 1);
         else if (threadIdx.x == 0)
@@ -86,7 +79,7 @@ __global__ void __launch_bounds__(1024, 1)
         if (threadIdx.x == 0) nvshmem_quiet();
         if (group == 2) __syncthreads();
     }
-    if (threadIdx.x == 0) out[0] = now_ns() - t0;
+    if (threadIdx.x == 0) out[0] = bench_now_ns() - t0;
 }
 
 __global__ void msgrate(char *buf, int per_thread, size_t region)
@@ -98,33 +91,6 @@ __global__ void msgrate(char *buf, int per_thread, size_t region)
     }
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_quiet();
-}
-
-/* Busy work for about ns nanoseconds, so that clocks have ramped up before anything is timed. */
-__global__ void spin(uint64_t ns, unsigned long long *sink)
-{
-    uint64_t t0 = now_ns(), x = threadIdx.x;
-    while (now_ns() - t0 < ns) x = x * 6364136223846793005ull + 1442695040888963407ull;
-    if (x == 42) sink[0] = x;
-}
-
-__global__ void fill(char *p, size_t n, int rank)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        p[i] = (char)(rank * 37 + i * 13 + (i >> 8));
-}
-
-static int check_landed(char *buf, size_t dst, size_t src_off, size_t bytes, int peer, const char *what)
-{
-    std::vector<unsigned char> h(bytes);
-    BENCH_CHECK_CUDA(cudaMemcpy(h.data(), buf + dst, bytes, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < bytes; i++)
-        if (h[i] != (unsigned char)(peer * 37 + (src_off + i) * 13 + ((src_off + i) >> 8))) {
-            fprintf(stderr, "FAIL nvshmem %s: byte %zu of %zu did not arrive\n", what, i, bytes);
-            return 1;
-        }
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -159,34 +125,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "FAIL: nvshmem_malloc(%zu); raise NVSHMEM_SYMMETRIC_SIZE\n", buf_bytes);
         return 1;
     }
-    fill<<<prop.multiProcessorCount * 4, 512>>>(buf, buf_bytes / 2, rank);
+    bench_fill<<<prop.multiProcessorCount * 4, 512>>>(buf, buf_bytes / 2, rank);
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
     BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
-    spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
+    bench_spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     nvshmem_barrier_all();
     if (rank == 0) printf("# NVSHMEM bench: %d PEs, GPU %s, iters %d\n", n, prop.name, o.iters);
     int failures = 0, active = rank < 2, peer = rank ^ 1;
     uint64_t base_value = 0;
 
-    struct pp_case {
-        const char *test, *group;
-        int op, threads;
-        long long bytes;
-    };
-    std::vector<pp_case> cases;
-    if (bench_wants(&o, "signal")) cases.push_back({"signal_pingpong", "thread", OP_SIGNAL, 1, 0});
-    if (bench_wants(&o, "put_signal"))
-        for (int s = 0; s < BENCH_PS_NSIZES; s++) {
-            long long b = bench_ps_sizes[s];
-            if (b <= 4096) cases.push_back({"put_signal_pingpong", "thread", OP_PS_THREAD, 1, b});
-            cases.push_back({"put_signal_pingpong", "warp", OP_PS_WARP, 32, b});
-            cases.push_back({"put_signal_pingpong", "block", OP_PS_BLOCK, 1024, b});
-        }
-    for (const pp_case &pc : cases) {
-        int iters = pc.bytes >= 262144 ? o.iters / 20 : pc.bytes >= 16384 ? o.iters / 4 : o.iters;
-        int warmup = o.warmup * iters / o.iters;
+    for (const bench_pp_case_t &pc : bench_pp_cases(&o, OP_SIGNAL, OP_PS_THREAD, OP_PS_WARP, OP_PS_BLOCK)) {
+        int iters, warmup;
+        bench_pp_iters(&o, pc.bytes, &iters, &warmup);
         BENCH_CHECK_CUDA(cudaMemset(buf + PP_DST, 0, pc.bytes ? pc.bytes : 8));
         nvshmem_barrier_all();
         if (active) {
@@ -197,7 +149,8 @@ int main(int argc, char **argv)
         nvshmem_barrier_all();
         unsigned long long t;
         BENCH_CHECK_CUDA(cudaMemcpy(&t, out, 8, cudaMemcpyDeviceToHost));
-        if (active && pc.bytes) failures += check_landed(buf, PP_DST, 0, (size_t)pc.bytes, peer, pc.test);
+        if (active && pc.bytes)
+            failures += bench_check_landed("nvshmem", buf, PP_DST, 0, (size_t)pc.bytes, peer, pc.test);
         if (rank == 0)
             bench_row(&o, "nvshmem", pc.test, pc.group, pc.bytes, "oneway_us", (double)t / iters / 2 / 1000);
     }
@@ -207,21 +160,9 @@ int main(int argc, char **argv)
         int blocks = prop.multiProcessorCount * 4, threads = 512;
         size_t chunk = (total / blocks + 4095) / 4096 * 4096;
         nvshmem_barrier_all();
-        std::vector<float> ms;
         if (rank == 0) {
-            cudaEvent_t a, b;
-            cudaEventCreate(&a);
-            cudaEventCreate(&b);
-            for (int rep = 0; rep < 6; rep++) {
-                cudaEventRecord(a);
-                put_bw<<<blocks, threads>>>(buf, total, chunk, total, 1);
-                cudaEventRecord(b);
-                BENCH_CHECK_CUDA(cudaEventSynchronize(b));
-                float t;
-                cudaEventElapsedTime(&t, a, b);
-                if (rep) ms.push_back(t);
-            }
-            std::sort(ms.begin(), ms.end());
+            std::vector<float> ms =
+                bench_time_ms(6, [&] { put_bw<<<blocks, threads>>>(buf, total, chunk, total, 1); });
             bench_row(&o, "nvshmem", "put_bw", "block", (long long)total, "GBps_median",
                       total / (ms[ms.size() / 2] * 1e-3) / 1e9);
             bench_row(&o, "nvshmem", "put_bw", "block", (long long)total, "GBps_best",
@@ -229,7 +170,8 @@ int main(int argc, char **argv)
         }
         nvshmem_barrier_all();
         if (rank == 1)
-            failures += check_landed(buf, total + total - 65536, total - 65536, 65536, 0, "put_bw tail");
+            failures += bench_check_landed("nvshmem", buf, total + total - 65536, total - 65536, 65536, 0,
+                                           "put_bw tail");
     }
 
     if (bench_wants(&o, "completion")) {
@@ -255,20 +197,8 @@ int main(int argc, char **argv)
         int blocks = prop.multiProcessorCount * 2, threads = 256, per = 256;
         nvshmem_barrier_all();
         if (rank == 0) {
-            cudaEvent_t a, b;
-            cudaEventCreate(&a);
-            cudaEventCreate(&b);
-            std::vector<float> ms;
-            for (int rep = 0; rep < 4; rep++) {
-                cudaEventRecord(a);
-                msgrate<<<blocks, threads>>>(buf, per, 4u << 20);
-                cudaEventRecord(b);
-                BENCH_CHECK_CUDA(cudaEventSynchronize(b));
-                float t;
-                cudaEventElapsedTime(&t, a, b);
-                if (rep) ms.push_back(t);
-            }
-            std::sort(ms.begin(), ms.end());
+            std::vector<float> ms =
+                bench_time_ms(4, [&] { msgrate<<<blocks, threads>>>(buf, per, 4u << 20); });
             double ops = (double)blocks * threads * per;
             bench_row(&o, "nvshmem", "put8_msgrate", "thread", 8, "Mops_median",
                       ops / (ms[ms.size() / 2] * 1e-3) / 1e6);

@@ -38,11 +38,6 @@ static __device__ __forceinline__ char *ld_nc_ptr(char *const *p)
     return (char *)v;
 }
 
-static __device__ __forceinline__ uint64_t bench_now(void)
-{
-    return dion__time_ns();
-}
-
 static __device__ __forceinline__ void ref_store(uint64_t *p, uint64_t v, int op, uint32_t scope)
 {
     if (op == REF_VOLATILE)
@@ -80,7 +75,7 @@ __global__ void __launch_bounds__(op == OP_PS_BLOCK ? 1024 : 32, 1)
     uint64_t t0 = 0;
     for (int i = 1; i <= warmup + iters; i++) {
         uint64_t v = base + (uint64_t)i;
-        if (i == warmup + 1) t0 = bench_now();
+        if (i == warmup + 1) t0 = bench_now_ns();
         for (int half = 0; half < 2; half++) {
             int sending = (half == 0) == initiator;
             if (sending) {
@@ -164,7 +159,7 @@ __global__ void __launch_bounds__(op == OP_PS_BLOCK ? 1024 : 32, 1)
             }
         }
     }
-    if (tid == 0 && initiator) out[0] = bench_now() - t0;
+    if (tid == 0 && initiator) out[0] = bench_now_ns() - t0;
 }
 
 static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win, size_t bytes, int iters,
@@ -220,7 +215,7 @@ __global__ void __launch_bounds__(group == 2 ? 1024 : 32, 1)
     dion_ctx_t c = dion_ctx(dev, 0);
     uint64_t t0 = 0;
     for (int i = 0; i < warmup + iters; i++) {
-        if (i == warmup) t0 = bench_now();
+        if (i == warmup) t0 = bench_now_ns();
         if (group == 2)
             dion_put_block(c, win, 1, PP_DST, win, PP_SRC, bytes);
         else if (threadIdx.x == 0)
@@ -228,7 +223,7 @@ __global__ void __launch_bounds__(group == 2 ? 1024 : 32, 1)
         if (threadIdx.x == 0) dion_quiet(c);
         if (group == 2) __syncthreads();
     }
-    if (threadIdx.x == 0) out[0] = bench_now() - t0;
+    if (threadIdx.x == 0) out[0] = bench_now_ns() - t0;
 }
 
 /* Message rate: every thread issues per_thread 8-byte puts to distinct words, then one quiet per block. */
@@ -242,26 +237,6 @@ __global__ void msgrate(dion_dev_t dev, dion_dwin_t win, int per_thread, size_t 
     }
     __syncthreads();
     if (threadIdx.x == 0) dion_quiet(c);
-}
-
-/* Busy work for about ns nanoseconds, so that clocks have ramped up before anything is timed. */
-__global__ void spin(uint64_t ns, unsigned long long *sink)
-{
-    uint64_t t0 = dion__time_ns(), x = threadIdx.x;
-    while (dion__time_ns() - t0 < ns) x = x * 6364136223846793005ull + 1442695040888963407ull;
-    if (x == 42) sink[0] = x;
-}
-
-__global__ void fill(char *p, size_t n, int rank)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        p[i] = (char)(rank * 37 + i * 13 + (i >> 8));
-}
-
-static unsigned char expect_byte(int rank, size_t i)
-{
-    return (unsigned char)(rank * 37 + i * 13 + (i >> 8));
 }
 
 static dion_comm_t comm;
@@ -285,20 +260,6 @@ static int rank_;
             exit(1);                                                                                         \
         }                                                                                                    \
     } while (0)
-
-/* Checks that this rank's window holds, at dst, the peer's source pattern from src_off on. */
-static int check_landed(char *base, size_t dst, size_t src_off, size_t bytes, int peer, const char *what)
-{
-    std::vector<unsigned char> h(bytes);
-    BENCH_CHECK_CUDA(cudaMemcpy(h.data(), base + dst, bytes, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < bytes; i++)
-        if (h[i] != expect_byte(peer, src_off + i)) {
-            fprintf(stderr, "FAIL rank %d: %s: byte %zu of %zu did not arrive (0x%02x, expected 0x%02x)\n",
-                    rank_, what, i, bytes, h[i], expect_byte(peer, src_off + i));
-            return 1;
-        }
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -327,12 +288,12 @@ int main(int argc, char **argv)
     dion_dev_attr_t attr = {64, 1, 0, 0};
     dion_dev_t dev;
     OK(dion_dev_create(comm, &attr, &dev));
-    fill<<<prop.multiProcessorCount * 4, 512>>>(base, win_bytes / 2, rank_);
+    bench_fill<<<prop.multiProcessorCount * 4, 512>>>(base, win_bytes / 2, rank_);
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
     BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
     /* clocks up before timing anything */
-    spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
+    bench_spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     if (rank_ == 0)
         printf("# DION p2p bench: %d ranks, GPU %s (%d SMs), %s, iters %d\n", nranks_, prop.name,
@@ -341,16 +302,9 @@ int main(int argc, char **argv)
     uint64_t base_value = 0;
 
     /* ---- ping-pongs ---- */
-    struct pp_case {
-        const char *test, *group;
-        int op, threads;
-        long long bytes;
-    };
-    std::vector<pp_case> cases;
-    if (bench_wants(&o, "signal")) {
-        cases.push_back({"signal_pingpong", "thread", OP_SIGNAL, 1, 0});
-        cases.push_back({"signal_relaxed_pingpong", "thread", OP_SIGNAL_RELAXED, 1, 0});
-    }
+    std::vector<bench_pp_case_t> cases = bench_pp_cases(&o, OP_SIGNAL, OP_PS_THREAD, OP_PS_WARP, OP_PS_BLOCK);
+    if (bench_wants(&o, "signal"))
+        cases.insert(cases.begin() + 1, {"signal_relaxed_pingpong", "thread", OP_SIGNAL_RELAXED, 1, 0});
     if (bench_wants(&o, "ref")) {
         cases.push_back({"ref_put8_table", "thread", REF_PS_TABLE, 1, 8});
         cases.push_back({"ref_put8_table_nc", "thread", REF_PS_TABLE_NC, 1, 8});
@@ -363,16 +317,9 @@ int main(int argc, char **argv)
         cases.push_back({"ref_flag_release", "thread", REF_RELEASE, 1, 0});
         cases.push_back({"ref_put8_unordered", "thread", REF_PS_UNORDERED, 1, 8});
     }
-    if (bench_wants(&o, "put_signal"))
-        for (int s = 0; s < BENCH_PS_NSIZES; s++) {
-            long long b = bench_ps_sizes[s];
-            if (b <= 4096) cases.push_back({"put_signal_pingpong", "thread", OP_PS_THREAD, 1, b});
-            cases.push_back({"put_signal_pingpong", "warp", OP_PS_WARP, 32, b});
-            cases.push_back({"put_signal_pingpong", "block", OP_PS_BLOCK, 1024, b});
-        }
-    for (const pp_case &pc : cases) {
-        int iters = pc.bytes >= 262144 ? o.iters / 20 : pc.bytes >= 16384 ? o.iters / 4 : o.iters;
-        int warmup = o.warmup * iters / o.iters;
+    for (const bench_pp_case_t &pc : cases) {
+        int iters, warmup;
+        bench_pp_iters(&o, pc.bytes, &iters, &warmup);
         OK(dion_comm_barrier(comm));
         BENCH_CHECK_CUDA(cudaMemset(base + PP_DST, 0, pc.bytes ? pc.bytes : 8));
         BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
@@ -390,7 +337,7 @@ int main(int argc, char **argv)
             failures++;
         }
         if (active && pc.bytes && pc.op != REF_PS_UNORDERED)
-            failures += check_landed(base, PP_DST, PP_SRC, (size_t)pc.bytes, peer, pc.test);
+            failures += bench_check_landed("dion", base, PP_DST, PP_SRC, (size_t)pc.bytes, peer, pc.test);
         if (rank_ == 0)
             bench_row(&o, "dion", pc.test, pc.group, pc.bytes, "oneway_us", (double)r[0] / iters / 2 / 1000);
     }
@@ -406,36 +353,26 @@ int main(int argc, char **argv)
             if (kind == 1 && !bench_wants(&o, "ref")) continue;
             OK(dion_comm_barrier(comm));
             std::vector<float> ms;
-            if (rank_ == 0) {
-                cudaEvent_t a, b;
-                cudaEventCreate(&a);
-                cudaEventCreate(&b);
-                for (int rep = 0; rep < 6; rep++) {
-                    cudaEventRecord(a);
+            if (rank_ == 0)
+                ms = bench_time_ms(6, [&] {
                     if (kind == 0)
                         put_bw<<<blocks, threads>>>(dev, dwin, total, chunk, total, 1);
                     else
                         ref_copy_bw<<<blocks, threads>>>((const int4 *)base, (int4 *)(peer_base + total),
                                                          total / 16);
-                    cudaEventRecord(b);
-                    BENCH_CHECK_CUDA(cudaEventSynchronize(b));
-                    float t;
-                    cudaEventElapsedTime(&t, a, b);
-                    if (rep) ms.push_back(t); /* the first run warms up */
-                }
-            }
+                });
             OK(dion_comm_barrier(comm));
             if (rank_ == 1 && kind == 0) {
                 /* sampled check of what landed: the first and last 64 KiB and 64 pages in between */
-                failures += check_landed(base, total, 0, 65536, 0, "put_bw head");
-                failures += check_landed(base, total + total - 65536, total - 65536, 65536, 0, "put_bw tail");
+                failures += bench_check_landed("dion", base, total, 0, 65536, 0, "put_bw head");
+                failures += bench_check_landed("dion", base, total + total - 65536, total - 65536, 65536, 0,
+                                               "put_bw tail");
                 for (int k = 1; k < 64; k++) {
                     size_t off = (total / 64) * (size_t)k + (size_t)k * 4099 % 4096;
-                    failures += check_landed(base, total + off, off, 4096, 0, "put_bw sample");
+                    failures += bench_check_landed("dion", base, total + off, off, 4096, 0, "put_bw sample");
                 }
             }
             if (rank_ == 0 && !ms.empty()) {
-                std::sort(ms.begin(), ms.end());
                 double med = ms[ms.size() / 2], best = ms[0];
                 const char *name = kind == 0 ? "put_bw" : "ref_copy_bw";
                 bench_row(&o, "dion", name, "block", (long long)total, "GBps_median",
@@ -466,7 +403,8 @@ int main(int argc, char **argv)
                               (double)t / iters / 1000);
                 }
                 OK(dion_comm_barrier(comm));
-                if (rank_ == 1) failures += check_landed(base, PP_DST, PP_SRC, (size_t)b, 0, "put_quiet");
+                if (rank_ == 1)
+                    failures += bench_check_landed("dion", base, PP_DST, PP_SRC, (size_t)b, 0, "put_quiet");
             }
     }
 
@@ -475,20 +413,8 @@ int main(int argc, char **argv)
         int blocks = prop.multiProcessorCount * 2, threads = 256, per = 256;
         OK(dion_comm_barrier(comm));
         if (rank_ == 0) {
-            cudaEvent_t a, b;
-            cudaEventCreate(&a);
-            cudaEventCreate(&b);
-            std::vector<float> ms;
-            for (int rep = 0; rep < 4; rep++) {
-                cudaEventRecord(a);
-                msgrate<<<blocks, threads>>>(dev, dwin, per, 4u << 20);
-                cudaEventRecord(b);
-                BENCH_CHECK_CUDA(cudaEventSynchronize(b));
-                float t;
-                cudaEventElapsedTime(&t, a, b);
-                if (rep) ms.push_back(t);
-            }
-            std::sort(ms.begin(), ms.end());
+            std::vector<float> ms =
+                bench_time_ms(4, [&] { msgrate<<<blocks, threads>>>(dev, dwin, per, 4u << 20); });
             double ops = (double)blocks * threads * per;
             bench_row(&o, "dion", "put8_msgrate", "thread", 8, "Mops_median",
                       ops / (ms[ms.size() / 2] * 1e-3) / 1e6);

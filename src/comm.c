@@ -13,6 +13,25 @@ dion_status_t dion__comm_check(dion_comm_t comm, const char *fn)
     return DION_SUCCESS;
 }
 
+dion_status_t dion__comm_agree(dion_comm_t c, dion_status_t mine, const char *what)
+{
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)c->nranks), me = (int32_t)mine;
+    if (!all) return dion__error(DION_ERR_NO_MEMORY, "out of memory");
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", dion_last_error());
+    dion_status_t st = dion__boot_allgather(c->boot, &me, sizeof me, all);
+    for (int r = 0; st == DION_SUCCESS && r < c->nranks; r++)
+        if (all[r] != DION_SUCCESS) {
+            st = (dion_status_t)all[r];
+            if (r == c->rank)
+                dion__error_set(st, "%s", saved);
+            else
+                dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r, dion_status_string(st));
+        }
+    free(all);
+    return st;
+}
+
 static uint64_t dion__host_key(const char *host)
 {
     char boot[64] = "";

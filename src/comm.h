@@ -54,6 +54,9 @@ static inline int dion__comm_is_local(const struct dion_comm *c, int r)
 }
 
 dion_status_t dion__comm_check(dion_comm_t comm, const char *fn);
+/* Collective: every rank learns whether every rank's step succeeded. On failure it returns the first failed
+ * rank's status; the sentence is this rank's own when it failed, else names that rank and the step. */
+dion_status_t dion__comm_agree(dion_comm_t comm, dion_status_t mine, const char *what);
 
 /* Passing file descriptors to local ranks (fdpass.c): every local rank sends its fd to every other local rank
  * and receives theirs. fds_out[r] is -1 for non-local ranks and this rank. tag distinguishes concurrent uses.

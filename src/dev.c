@@ -194,27 +194,6 @@ static void dion__devh_free(struct dion__devh *h)
     free(h);
 }
 
-/* Same as in win.c: every rank learns whether every rank succeeded. */
-static dion_status_t dion__dev_agree(dion_comm_t c, dion_status_t mine, const char *what)
-{
-    int32_t *all = malloc(sizeof(int32_t) * (size_t)c->nranks), me = (int32_t)mine;
-    if (!all) return dion__error(DION_ERR_NO_MEMORY, "out of memory");
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", dion_last_error());
-    dion_status_t st = dion__boot_allgather(c->boot, &me, sizeof me, all);
-    for (int r = 0; st == DION_SUCCESS && r < c->nranks; r++)
-        if (all[r] != DION_SUCCESS) {
-            st = (dion_status_t)all[r];
-            if (r == c->rank)
-                dion__error_set(st, "%s", saved);
-            else
-                dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r,
-                            dion_status_string(st));
-        }
-    free(all);
-    return st;
-}
-
 static dion_status_t dion__dev_alloc(struct dion__devh *h, size_t bytes, int zero, void **out)
 {
     *out = NULL;
@@ -292,7 +271,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     pthread_mutex_lock(&c->lock);
 
     /* Every rank must run the device API the same way. */
-    dion_status_t ag = dion__dev_agree(c, st, "reading the device handle options");
+    dion_status_t ag = dion__comm_agree(c, st, "reading the device handle options");
     int32_t mymode = cpu;
     if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &mymode, sizeof mymode, modes);
     for (int r = 0; ag == DION_SUCCESS && r < n; r++)
@@ -317,7 +296,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
                                       "cudaStreamCreate");
         }
         if (st == DION_SUCCESS) st = dion__p2p_export(c, h->table, h->table_words * 8, &descs[c->rank], &exp);
-        ag = dion__dev_agree(c, st, "allocating the signal table");
+        ag = dion__comm_agree(c, st, "allocating the signal table");
     }
     if (ag == DION_SUCCESS) {
         dion__mem_desc_t mine = descs[c->rank];
@@ -353,7 +332,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             if (r < DION_DEV_INLINE_PEERS) h->peers_copy[r] = peers[r];
         }
         if (cpu || c->host_windows) flags |= DION_DEVF_SYS;
-        ag = dion__dev_agree(c, st, "mapping the peers' signal tables");
+        ag = dion__comm_agree(c, st, "mapping the peers' signal tables");
     }
 
     /* Device-visible pieces: peer table, error ring (host-mapped), context state, statistics. */
@@ -388,7 +367,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             st = dion__dev_alloc(h, sizeof(uint64_t) * a.num_contexts, 1, (void **)&h->dev.ctx_state);
         if (st == DION_SUCCESS && (flags & DION_DEVF_STATS))
             st = dion__dev_alloc(h, sizeof(dion_ctx_stats_t) * a.num_contexts, 1, (void **)&h->dev.stats);
-        ag = dion__dev_agree(c, st, "creating the device handle");
+        ag = dion__comm_agree(c, st, "creating the device handle");
     }
     /* Nobody signals a table before its owner has finished. */
     if (ag == DION_SUCCESS) ag = dion__boot_barrier(c->boot);

@@ -113,30 +113,6 @@ static void dion__win_free(struct dion_win *w)
     free(w);
 }
 
-/* Agrees across ranks on whether every rank succeeded; on failure names the first rank that did not. */
-static dion_status_t dion__agree(dion_comm_t c, dion_status_t mine, const char *what)
-{
-    int32_t *all = malloc(sizeof(int32_t) * (size_t)c->nranks), me = (int32_t)mine;
-    if (!all) return dion__error(DION_ERR_NO_MEMORY, "out of memory");
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", dion_last_error());
-    dion_status_t st = dion__boot_allgather(c->boot, &me, sizeof me, all);
-    if (st == DION_SUCCESS) {
-        for (int r = 0; r < c->nranks; r++)
-            if (all[r] != DION_SUCCESS) {
-                st = (dion_status_t)all[r];
-                if (r == c->rank)
-                    dion__error_set(st, "%s", saved);
-                else
-                    dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r,
-                                dion_status_string((dion_status_t)all[r]));
-                break;
-            }
-    }
-    free(all);
-    return st;
-}
-
 static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, int owns, dion_win_t *out)
 {
     int n = c->nranks;
@@ -163,7 +139,7 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
     /* 1. describe this rank's part; 2. learn everybody's; 3. hand out file descriptors; 4. map. Each step
      * ends with an agreement so that a failure on one rank fails the call on all, naming that rank. */
     if (st == DION_SUCCESS) st = dion__p2p_export(c, base, bytes, &descs[c->rank], &exp);
-    dion_status_t ag = dion__agree(c, st, "describing the window memory");
+    dion_status_t ag = dion__comm_agree(c, st, "describing the window memory");
     if (ag == DION_SUCCESS) {
         dion__mem_desc_t mine = descs[c->rank];
         ag = dion__boot_allgather(c->boot, &mine, sizeof mine, descs);
@@ -197,7 +173,7 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
         if (st == DION_SUCCESS) st = dion__win_publish(w, tab, any_host);
         w->flags = tab->flags;
         for (int r = 0; r < n && r < DION_DEV_INLINE_PEERS; r++) w->bases[r] = tab->peer[r].base;
-        ag = dion__agree(c, st, "mapping the window");
+        ag = dion__comm_agree(c, st, "mapping the window");
     }
     for (int r = 0; r < n; r++)
         for (int k = 0; k < DION__VMM_MAX_CHUNKS; k++)
@@ -264,7 +240,7 @@ dion_status_t dion_win_alloc(dion_comm_t comm, size_t bytes, int on_host, void *
     }
     pthread_mutex_lock(&comm->lock);
     /* Every rank takes part in registration even after a local failure, so that nobody waits in vain. */
-    dion_status_t ag = dion__agree(comm, st, "allocating the window");
+    dion_status_t ag = dion__comm_agree(comm, st, "allocating the window");
     if (ag == DION_SUCCESS) ag = dion__win_create(comm, p, bytes, 1, win);
     pthread_mutex_unlock(&comm->lock);
     if (ag != DION_SUCCESS) {
