@@ -42,6 +42,9 @@ dion_status_t dion__boot_bcast(dion__boot_t *b, void *buf, size_t bytes, int roo
 dion_status_t dion__boot_barrier(dion__boot_t *b);
 /* Tells the ring that failed_rank failed (best effort, never blocks long); later collectives fail at once. */
 void dion__boot_abort(dion__boot_t *b, int failed_rank, dion_status_t why);
+/* From any thread, while another may be inside a collective: that collective fails within 0.1 s, and the
+ * news goes around the ring from there. */
+void dion__boot_request_abort(dion__boot_t *b, int failed_rank, dion_status_t why);
 /* File descriptors of the ring links, for failure monitoring (-1 when absent). */
 void dion__boot_fds(dion__boot_t *b, int *prev_fd, int *next_fd);
 int dion__boot_prev(dion__boot_t *b);

@@ -100,7 +100,8 @@ static dion_status_t dion__env_write_rendezvous(const char *path, const dion_uni
 {
     char tmp[600], hex[2 * sizeof id->bytes + 1];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    unlink(tmp); /* a leftover of a crashed earlier writer with this pid */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return dion__error(DION_ERR_BOOTSTRAP,
                            "cannot write the rendezvous file %s: %s; set DION_TMPDIR to a "
@@ -126,7 +127,15 @@ static dion_status_t dion__env_read_rendezvous(const char *path, dion_unique_id_
     if (st != DION_SUCCESS) return st;
     uint64_t deadline = dion__now_ns() + timeout;
     for (;;) {
-        FILE *f = fopen(path, "r");
+        /* Only a file of this user that nobody else can write is believed: the folder may be shared. */
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat sb;
+        FILE *f = NULL;
+        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == getuid() &&
+            !(sb.st_mode & 022))
+            f = fdopen(fd, "r");
+        else if (fd >= 0)
+            close(fd);
         if (f) {
             char hex[400] = {0};
             int ver = 0, pid = 0;
@@ -144,6 +153,10 @@ static dion_status_t dion__env_read_rendezvous(const char *path, dion_unique_id_
         nanosleep(&ts, NULL);
     }
 }
+
+/* The how-many-th env initialization of this process: the ranks of a job make the same sequence of calls, so
+ * each generation meets in its own rendezvous file and a fast rank never reads the previous one's. */
+static unsigned dion__env_generation;
 
 dion_status_t dion__env_resolve(dion__env_job_t *job)
 {
@@ -212,8 +225,9 @@ dion_status_t dion__env_resolve(dion__env_job_t *job)
             job->source);
     uint8_t h[16];
     dion__hash128(key, h);
-    snprintf(job->rendezvous_path, sizeof job->rendezvous_path, "%s/dion-%u-%016llx.root",
-             dion__cfg_str("DION_TMPDIR"), (unsigned)getuid(), (unsigned long long)dion__get_u64(h));
+    unsigned gen = __atomic_fetch_add(&dion__env_generation, 1, __ATOMIC_RELAXED);
+    snprintf(job->rendezvous_path, sizeof job->rendezvous_path, "%s/dion-%u-%016llx-%u.root",
+             dion__cfg_str("DION_TMPDIR"), (unsigned)getuid(), (unsigned long long)dion__get_u64(h), gen);
     if (job->rank == 0) {
         if ((st = dion__random_bytes(u.secret, sizeof u.secret)) != DION_SUCCESS) return st;
         if ((st = dion__random_bytes(&u.job, sizeof u.job)) != DION_SUCCESS) return st;

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
@@ -19,6 +20,10 @@ struct dion__boot {
     int failed_rank;
     int reporter; /* the rank that first saw the failure */
     int abort_sent;
+    int next_partial; /* a frame to the successor is half sent: an ABORT frame now would corrupt the stream */
+    int abort_req;    /* set by another thread (dion_comm_abort): the collective in progress stops */
+    int abort_req_rank;
+    dion_status_t abort_req_why;
     char failed_msg[512];
 };
 
@@ -49,6 +54,11 @@ static void dion__boot_send_abort(dion__boot_t *b)
 {
     if (b->abort_sent || b->next_fd < 0) return;
     b->abort_sent = 1;
+    if (b->next_partial) {
+        /* The successor sees the stream end and reports this rank, instead of reading our ABORT as data. */
+        shutdown(b->next_fd, SHUT_WR);
+        return;
+    }
     uint8_t p[DION__ABORT_LEN];
     dion__put_u32(p, (uint32_t)b->failed_rank);
     dion__put_u32(p + 4, (uint32_t)b->failed);
@@ -73,6 +83,14 @@ static dion_status_t dion__boot_fail(dion__boot_t *b, dion_status_t st, int fail
         dion__boot_send_abort(b);
     }
     return dion__error(b->failed, "%s", b->failed_msg);
+}
+
+void dion__boot_request_abort(dion__boot_t *b, int failed_rank, dion_status_t why)
+{
+    if (!b) return;
+    b->abort_req_rank = failed_rank;
+    b->abort_req_why = why;
+    __atomic_store_n(&b->abort_req, 1, __ATOMIC_RELEASE);
 }
 
 void dion__boot_abort(dion__boot_t *b, int failed_rank, dion_status_t why)
@@ -259,6 +277,10 @@ static dion_status_t dion__ring_xfer(dion__boot_t *b, int do_send, const void *s
             pf[np].events = POLLIN;
             ri = np++;
         }
+        if (__atomic_load_n(&b->abort_req, __ATOMIC_ACQUIRE))
+            return dion__boot_fail(b, b->abort_req_why, b->abort_req_rank,
+                                   "rank %d: %s: rank %d aborted the communicator (%s)", b->rank, what,
+                                   b->abort_req_rank, dion_status_string(b->abort_req_why));
         uint64_t now = dion__now_ns();
         if (now >= deadline)
             return dion__boot_fail(
@@ -266,7 +288,7 @@ static dion_status_t dion__ring_xfer(dion__boot_t *b, int do_send, const void *s
                 "rank %d: %s timed out after DION_BOOTSTRAP_TIMEOUT (%.1f s) waiting for rank %d", b->rank,
                 what, (double)b->timeout_ns / 1e9, r_done ? next : prev);
         int ms = (int)((deadline - now) / 1000000) + 1;
-        int rc = poll(pf, (nfds_t)np, ms > 1000 ? 1000 : ms);
+        int rc = poll(pf, (nfds_t)np, ms > 100 ? 100 : ms); /* short: an abort request is seen within 0.1 s */
         if (rc < 0 && errno != EINTR) return dion__boot_fail(b, DION_ERR_INTERNAL, b->rank, "poll failed");
         if (rc <= 0) continue;
 
@@ -296,6 +318,7 @@ static dion_status_t dion__ring_xfer(dion__boot_t *b, int do_send, const void *s
                                            b->rank, what, next, strerror(errno));
                 }
                 s_sent += (size_t)n;
+                b->next_partial = s_sent != 0 && s_sent != DION__FRAME_HDR + s_chunk;
                 if (s_sent == DION__FRAME_HDR + s_chunk) {
                     s_pos += s_chunk;
                     s_started = 0;

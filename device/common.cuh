@@ -103,9 +103,10 @@ DION_HD uint32_t dion__dev_scope(const dion_dev_t *d)
 
 /* ---- statistics (DION_STATS=1) ---- */
 
+/* A context index kept out of range by DION_CHECK (so that its calls are skipped) is never counted. */
 #define DION__STAT(c, field, n)                                                                              \
     do {                                                                                                     \
-        if ((c)->dev.flags & DION_DEVF_STATS)                                                                \
+        if (((c)->dev.flags & DION_DEVF_STATS) && (c)->index < (c)->dev.num_contexts)                        \
             dion__counter_add(&(c)->dev.stats[(c)->index].field, (uint64_t)(n));                             \
     } while (0)
 

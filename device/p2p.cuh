@@ -26,7 +26,13 @@ DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_
      * threads get a 16-byte element (the leader also copies the head and the tail). In a block the others
      * would otherwise spend 32 warps' issue slots on work nobody uses. */
 #if DION__GPU /* CPU mode splits copies into contiguous slices instead */
-    if (r != 0 && (size_t)r * 16 >= bytes && ((dst_off ^ src_off) & 15) == 0 &&
+#if DION__TMA
+    /* every thread of the block meets in the bulk-copy path's barriers: nobody may leave early there */
+    const int may_leave = !(kind == DION__BLOCK && bytes >= 2 * (size_t)DION__TMA_CHUNK);
+#else
+    const int may_leave = 1;
+#endif
+    if (may_leave && r != 0 && (size_t)r * 16 >= bytes && ((dst_off ^ src_off) & 15) == 0 &&
         (dion__win_flags(d, dst) & dion__win_flags(d, src) & DION_WIN_ALIGN16))
         return;
 #endif

@@ -26,7 +26,8 @@ dion_status_t dion__comm_agree(dion_comm_t c, dion_status_t mine, const char *wh
             if (r == c->rank)
                 dion__error_set(st, "%s", saved);
             else
-                dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r, dion_status_string(st));
+                dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r,
+                            dion_status_string(st));
         }
     free(all);
     return st;
@@ -107,6 +108,7 @@ dion_status_t dion_comm_init_rank(dion_comm_t *comm, int nranks, const dion_uniq
     if (gethostname(me.host, sizeof me.host - 1) != 0) strcpy(me.host, "?");
     me.host_key = dion__host_key(me.host);
     me.pid = (int32_t)getpid();
+    if ((st = dion__random_bytes(&me.nonce, sizeof me.nonce)) != DION_SUCCESS) goto fail;
     if ((st = dion__comm_gpu(c, &me)) != DION_SUCCESS) goto fail;
 
     if ((st = dion__boot_init(&u, rank, nranks, &c->boot)) != DION_SUCCESS) goto fail;
@@ -119,6 +121,7 @@ dion_status_t dion_comm_init_rank(dion_comm_t *comm, int nranks, const dion_uniq
         dion__error_wrap(st, "rank %d: exchanging rank descriptions", rank);
         goto fail;
     }
+    c->nonce = c->info[0].nonce;
     for (int r = 0; r < nranks; r++) {
         if (!dion__comm_is_local(c, r)) continue;
         if (r < rank) c->local_rank++;
@@ -206,9 +209,14 @@ dion_status_t dion_comm_abort(dion_comm_t comm)
     DION_LOG(DION_LOG_WARN, "rank %d aborts the communicator", comm->rank);
     /* Device waits stop through the control words; host collectives through the ring. */
     dion__dev_abort_all(comm, DION_ERR_ABORTED, comm->rank);
-    pthread_mutex_lock(&comm->lock);
-    dion__boot_abort(comm->boot, comm->rank, DION_ERR_ABORTED);
-    pthread_mutex_unlock(&comm->lock);
+    /* A host collective of another thread may hold the lock for as long as the bootstrap timeout: then ask it
+     * to fail, and it passes the news on. */
+    if (pthread_mutex_trylock(&comm->lock) == 0) {
+        dion__boot_abort(comm->boot, comm->rank, DION_ERR_ABORTED);
+        pthread_mutex_unlock(&comm->lock);
+    } else {
+        dion__boot_request_abort(comm->boot, comm->rank, DION_ERR_ABORTED);
+    }
     return DION_SUCCESS;
 }
 

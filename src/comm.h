@@ -17,6 +17,7 @@ typedef struct {
     uint8_t gpu_uuid[16];
     uint32_t gpu_pci; /* domain<<16 | bus<<8 | device */
     uint32_t pad;
+    uint64_t nonce; /* random; rank 0's names this communicator's local sockets */
 } dion__rank_info_t;
 
 struct dion__devh; /* dev.c */
@@ -30,7 +31,9 @@ struct dion_comm {
     dion__rank_info_t *info; /* [nranks] */
     int local_rank, local_size;
     int cuda_device; /* -1: none */
+    uint64_t nonce;  /* rank 0's random draw: tells apart communicators of one job */
     int ux_fd;       /* Unix datagram socket for passing file descriptors to local ranks; -1 until needed */
+    int ux_ready;    /* the first exchange (binding, on every rank) is done */
     uint32_t next_win_id;
     int live_windows;
     struct dion_win *wins; /* live windows in registration order */

@@ -180,8 +180,8 @@ dion_status_t dion__parse_duration_ns(const char *text, uint64_t *out)
     char *end = NULL;
     errno = 0;
     double x = strtod(text, &end);
-    if (errno || end == text || x < 0) return DION_ERR_INVALID_ARG;
-    double mult = 1e9; /* a bare number is seconds */
+    if (errno || end == text || !(x >= 0)) return DION_ERR_INVALID_ARG; /* !(x >= 0) also rejects NaN */
+    double mult = 1e9;                                                  /* a bare number is seconds */
     if (*end) {
         if (!strcmp(end, "ns"))
             mult = 1;

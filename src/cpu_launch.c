@@ -17,9 +17,18 @@ typedef struct {
     uint32_t nwarps;
 } dion__cpu_block_t;
 
+/* Threads start only when the whole launch exists: a thread that ran fn early could wait forever in a block
+ * barrier sized for threads that were never created. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int state; /* 0 waiting, 1 run, 2 cancelled */
+} dion__cpu_gate_t;
+
 typedef struct {
     dion_cpu_ids_t ids;
     dion__cpu_block_t *blk;
+    dion__cpu_gate_t *gate;
     void (*fn)(void *);
     void *arg;
 } dion__cpu_thread_t;
@@ -61,8 +70,14 @@ uint64_t dion__cpu_time_ns(void)
 
 static void *dion__cpu_thread_main(void *p)
 {
-    dion__cpu_me = p;
-    dion__cpu_me->fn(dion__cpu_me->arg);
+    dion__cpu_thread_t *t = p;
+    pthread_mutex_lock(&t->gate->lock);
+    while (t->gate->state == 0) pthread_cond_wait(&t->gate->cond, &t->gate->lock);
+    int run = t->gate->state == 1;
+    pthread_mutex_unlock(&t->gate->lock);
+    if (!run) return NULL;
+    dion__cpu_me = t;
+    t->fn(t->arg);
     dion__cpu_me = NULL;
     return NULL;
 }
@@ -80,50 +95,64 @@ DION_API dion_status_t dion_cpu_launch(unsigned grid, unsigned block, void (*fn)
     dion__cpu_block_t *blocks = calloc(grid, sizeof *blocks);
     dion__cpu_thread_t *threads = calloc(total, sizeof *threads);
     pthread_t *tids = calloc(total, sizeof *tids);
+    dion__cpu_gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
     dion_status_t st = DION_SUCCESS;
-    if (!blocks || !threads || !tids) {
-        free(blocks), free(threads), free(tids);
-        return dion__error(DION_ERR_NO_MEMORY, "dion_cpu_launch: out of memory");
-    }
-    for (unsigned b = 0; b < grid; b++) {
-        pthread_barrier_init(&blocks[b].block, NULL, block);
-        blocks[b].nwarps = nwarps;
-        blocks[b].warps = calloc(nwarps, sizeof *blocks[b].warps);
+    unsigned made = 0; /* blocks whose barriers exist */
+    if (!blocks || !threads || !tids) st = dion__error(DION_ERR_NO_MEMORY, "dion_cpu_launch: out of memory");
+    for (; st == DION_SUCCESS && made < grid; made++) {
+        dion__cpu_block_t *b = &blocks[made];
+        b->warps = calloc(nwarps, sizeof *b->warps);
+        if (!b->warps) {
+            st = dion__error(DION_ERR_NO_MEMORY, "dion_cpu_launch: out of memory");
+            break;
+        }
+        pthread_barrier_init(&b->block, NULL, block);
+        b->nwarps = nwarps;
         for (uint32_t w = 0; w < nwarps; w++) {
             uint32_t first = w * DION__WARP_SIZE,
                      n = block - first < DION__WARP_SIZE ? block - first : DION__WARP_SIZE;
-            pthread_barrier_init(&blocks[b].warps[w], NULL, n);
+            pthread_barrier_init(&b->warps[w], NULL, n);
         }
     }
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1u << 20);
     size_t started = 0;
-    for (size_t i = 0; i < total; i++) {
+    for (size_t i = 0; st == DION_SUCCESS && i < total; i++) {
         dion__cpu_thread_t *t = &threads[i];
         t->ids.block = (uint32_t)(i / block);
         t->ids.thread = (uint32_t)(i % block);
         t->ids.nblocks = grid;
         t->ids.nthreads = block;
         t->blk = &blocks[i / block];
+        t->gate = &gate;
         t->fn = fn;
         t->arg = arg;
         if (pthread_create(&tids[i], &attr, dion__cpu_thread_main, t) != 0) {
-            st = dion__error(DION_ERR_NO_MEMORY, "dion_cpu_launch: could only start %zu of %zu threads", i,
-                             total);
+            st = dion__error(
+                DION_ERR_NO_MEMORY,
+                "dion_cpu_launch: could only start %zu of %zu threads; nothing ran (lower the grid or "
+                "block size, or raise the thread and memory limits)",
+                i, total);
             break;
         }
         started++;
     }
     pthread_attr_destroy(&attr);
-    /* A partial launch would leave block barriers waiting for threads that never came: only join what runs
-     * when everything started; otherwise the started threads are joined too, after which nothing waits. */
+    /* All or nothing: the started threads run fn only if every thread exists. */
+    pthread_mutex_lock(&gate.lock);
+    gate.state = st == DION_SUCCESS ? 1 : 2;
+    pthread_cond_broadcast(&gate.cond);
+    pthread_mutex_unlock(&gate.lock);
     for (size_t i = 0; i < started; i++) pthread_join(tids[i], NULL);
-    for (unsigned b = 0; b < grid; b++) {
+    for (unsigned b = 0; b < made && blocks; b++) {
+        if (!blocks[b].warps) continue;
         pthread_barrier_destroy(&blocks[b].block);
         for (uint32_t w = 0; w < nwarps; w++) pthread_barrier_destroy(&blocks[b].warps[w]);
         free(blocks[b].warps);
     }
+    pthread_mutex_destroy(&gate.lock);
+    pthread_cond_destroy(&gate.cond);
     free(blocks), free(threads), free(tids);
     return st;
 }

@@ -97,3 +97,13 @@ dion_status_t dion__cu_check(CUresult r, const char *what)
     if (dion__cu_table.GetErrorString) dion__cu_table.GetErrorString(r, &s);
     return dion__error(DION_ERR_CUDA, "%s failed: %s (CUresult %d)", what, s, (int)r);
 }
+
+dion_status_t dion__cuda_zero(void *p, size_t n)
+{
+    cudaStream_t s;
+    DION_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaError_t e = cudaMemsetAsync(p, 0, n, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+    return dion__cuda_check(e, "zeroing device memory");
+}

@@ -37,6 +37,10 @@ typedef struct {
 /* The driver table, or NULL (with a sentence set) when the driver API cannot be reached. */
 const dion__cu_t *dion__cu(void);
 
+/* Zeroes device memory and waits for it, on a stream of its own: the memory is in use by peers the moment the
+ * call returns, and the legacy stream would also wait for the user's kernels. */
+dion_status_t dion__cuda_zero(void *p, size_t n);
+
 /* Turns a runtime error into DION_ERR_CUDA with a sentence naming the call. */
 dion_status_t dion__cuda_check(cudaError_t e, const char *what);
 dion_status_t dion__cu_check(CUresult r, const char *what);

@@ -96,6 +96,7 @@ static uint64_t dion__read_records(struct dion__devh *h, uint64_t *cursor,
             *cursor = seq - 1;
         }
         dion_err_record_t copy = *slot;
+        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the copy completes before seq is read again */
         if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != seq) continue; /* rewritten while we read */
         fn(&copy, arg);
         (*cursor)++;
@@ -203,8 +204,7 @@ static dion_status_t dion__dev_alloc(struct dion__devh *h, size_t bytes, int zer
         return *out ? DION_SUCCESS : dion__error(DION_ERR_NO_MEMORY, "out of memory (%zu bytes)", bytes);
     }
     DION_CUDA_TRY(cudaMalloc(out, bytes));
-    if (zero) DION_CUDA_TRY(cudaMemset(*out, 0, bytes));
-    return DION_SUCCESS;
+    return zero ? dion__cuda_zero(*out, bytes) : DION_SUCCESS;
 }
 
 static dion_status_t dion__dev_options(const dion_dev_attr_t *attr, dion_dev_attr_t *a, uint32_t *flags,

@@ -202,10 +202,15 @@ dion_status_t dion_win_register(dion_comm_t comm, void *base, size_t bytes, dion
     if (st != DION_SUCCESS) return st;
     if (!win) return dion__error(DION_ERR_INVALID_ARG, "dion_win_register: win is NULL");
     *win = NULL;
-    if (bytes && !base)
-        return dion__error(DION_ERR_INVALID_ARG, "dion_win_register: base is NULL with bytes=%zu", bytes);
     pthread_mutex_lock(&comm->lock);
-    st = dion__win_create(comm, bytes ? base : NULL, bytes, 0, win);
+    if (bytes && !base) {
+        /* The other ranks are already in the collective: take part, so that they fail at once, not at the
+         * bootstrap timeout. */
+        dion__error(DION_ERR_INVALID_ARG, "dion_win_register: base is NULL with bytes=%zu", bytes);
+        st = dion__comm_agree(comm, DION_ERR_INVALID_ARG, "registering the window");
+    } else {
+        st = dion__win_create(comm, bytes ? base : NULL, bytes, 0, win);
+    }
     pthread_mutex_unlock(&comm->lock);
     return st;
 }
@@ -229,12 +234,13 @@ dion_status_t dion_win_alloc(dion_comm_t comm, size_t bytes, int on_host, void *
         if (on_host) {
             st = dion__host_alloc(bytes, &p);
         } else {
+            cudaSetDevice(comm->cuda_device); /* the comm's GPU, whichever thread calls */
             cudaError_t e = cudaMalloc(&p, bytes);
             if (e != cudaSuccess) {
                 st = dion__cuda_check(e, "cudaMalloc for a window");
                 p = NULL;
             } else {
-                cudaMemset(p, 0, bytes);
+                st = dion__cuda_zero(p, bytes);
             }
         }
     }

@@ -10,6 +10,7 @@ endforeach()
 dion_test(NAME boot_wrong_secret COMMAND test_bootstrap secret LABELS "host;cpu" TIMEOUT 60)
 dion_test(NAME boot_unreachable_root COMMAND test_bootstrap unreachable LABELS "host;cpu" TIMEOUT 60)
 dion_test(NAME boot_killed_rank COMMAND test_bootstrap kill 4 LABELS "host;cpu" TIMEOUT 60)
+dion_test(NAME boot_abort_during_barrier COMMAND test_bootstrap abortcoll LABELS "host;cpu" TIMEOUT 60)
 dion_test(NAME boot_malformed_frames COMMAND test_bootstrap fuzz 4 LABELS "host;cpu" TIMEOUT 120)
 
 # Env init under Open MPI's mpirun (root: --allow-run-as-root; 2 cores: --oversubscribe). Open MPI itself leaks

@@ -277,6 +277,54 @@ static int mode_kill(int n)
     return 0;
 }
 
+/* dion_comm_abort from another thread while this rank's main thread is stuck in a barrier (its successor is
+ * late): the barrier ends within a fraction of a second, and the other ranks hear of it. */
+static dion_comm_t abort_comm;
+static void *abort_soon(void *arg)
+{
+    (void)arg;
+    usleep(200000);
+    dion_comm_abort(abort_comm);
+    return NULL;
+}
+
+static void abortcoll_rank(int rank, void *arg)
+{
+    uid_job_t *j = arg;
+    CHECK_OK(dion_comm_init_rank(&abort_comm, j->n, &j->id, rank));
+    CHECK_OK(dion_comm_barrier(abort_comm));
+    pthread_t t;
+    if (rank == 0) pthread_create(&t, NULL, abort_soon, NULL);
+    if (rank == 1) usleep(1500000); /* late: rank 0's barrier cannot complete before the abort */
+    double t0 = now_s();
+    dion_status_t st = dion_comm_barrier(abort_comm);
+    double dt = now_s() - t0;
+    if (rank == 0) pthread_join(t, NULL);
+    /* Ranks 1 and 2 may complete this barrier legitimately (rank 0 had entered it and sent its tokens before
+     * it aborted); their next collective must fail. */
+    if (rank != 0 && st == DION_SUCCESS) st = dion_comm_barrier(abort_comm);
+    dt = now_s() - t0;
+    if (st == DION_SUCCESS) FAIL("rank %d: a barrier succeeded after dion_comm_abort", rank);
+    if (rank == 0 && (st != DION_ERR_ABORTED || dt > 1.0))
+        FAIL("rank 0: barrier ended with %s after %.2f s; expected DION_ERR_ABORTED within 1 s",
+             dion_status_string(st), dt);
+    if (!strstr(dion_last_error(), "rank 0"))
+        FAIL("rank %d: error does not name rank 0: %s", rank, dion_last_error());
+    printf("rank %d: %s after %.2f s\n", rank, dion_status_string(st), dt);
+    dion_comm_destroy(abort_comm);
+}
+
+static int mode_abortcoll(void)
+{
+    setenv("DION_BOOTSTRAP_TIMEOUT", "20s", 1);
+    uid_job_t j = {.n = 3};
+    int codes[3];
+    if (run_ranks(3, abortcoll_rank, &j, make_id, codes))
+        FAIL("ranks ended with %d %d %d", codes[0], codes[1], codes[2]);
+    printf("abort interrupted a host barrier on all ranks\n");
+    return 0;
+}
+
 /* Throws malformed traffic at the root while the real ranks bootstrap: random bytes, oversized lengths,
  * truncated frames, valid headers with wrong secrets. Fixed seeds. */
 static volatile int fuzz_stop;
@@ -358,7 +406,8 @@ static int mode_fuzz(int n)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) FAIL("usage: test_bootstrap uid N | env | secret | unreachable | kill N | fuzz N");
+    if (argc < 2)
+        FAIL("usage: test_bootstrap uid N | env | secret | unreachable | kill N | fuzz N | abortcoll");
     const char *mode = argv[1];
     int n = argc > 2 ? atoi(argv[2]) : 2;
     alarm(110); /* never outlive the test's time limit silently */
@@ -368,5 +417,6 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "unreachable")) return mode_unreachable();
     if (!strcmp(mode, "kill")) return mode_kill(n);
     if (!strcmp(mode, "fuzz")) return mode_fuzz(n);
+    if (!strcmp(mode, "abortcoll")) return mode_abortcoll();
     FAIL("unknown mode %s", mode);
 }

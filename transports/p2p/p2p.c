@@ -279,8 +279,8 @@ dion_status_t dion__p2p_share_fds(dion_comm_t c, const dion__mem_desc_t *descs,
     int rounds = 0;
     for (int r = 0; r < c->nranks; r++) {
         for (int k = 0; k < DION__VMM_MAX_CHUNKS; k++) fds[r][k] = -1;
-        if (dion__comm_is_local(c, r) && dion__desc_nfds(&descs[r]) > rounds)
-            rounds = dion__desc_nfds(&descs[r]);
+        /* over all ranks, not only local ones: every rank must run the same number of exchanges */
+        if (dion__desc_nfds(&descs[r]) > rounds) rounds = dion__desc_nfds(&descs[r]);
     }
     int *got = malloc(sizeof(int) * (size_t)c->nranks);
     if (!got) return dion__error(DION_ERR_NO_MEMORY, "out of memory");
@@ -361,8 +361,12 @@ dion_status_t dion__p2p_import(dion_comm_t c, int peer, const dion__mem_desc_t *
             }
             r = cu->MemMap(va + off, d->chunk_size[k], 0, h, 0);
             cu->MemRelease(h); /* the mapping keeps the allocation alive */
-            if (r != CUDA_SUCCESS) st = dion__cu_check(r, "cuMemMap");
+            if (r != CUDA_SUCCESS) {
+                st = dion__cu_check(r, "cuMemMap");
+                break;
+            }
             off += d->chunk_size[k];
+            imp->vmm_mapped = off;
         }
         if (st == DION_SUCCESS) {
             CUmemAccessDesc acc;
@@ -403,7 +407,7 @@ void dion__p2p_unmap(dion__mem_import_t *imp)
     case DION__MEM_VMM: {
         const dion__cu_t *cu = dion__cu();
         if (cu) {
-            cu->MemUnmap((CUdeviceptr)(uintptr_t)imp->map, imp->map_size);
+            if (imp->vmm_mapped) cu->MemUnmap((CUdeviceptr)(uintptr_t)imp->map, imp->vmm_mapped);
             cu->MemAddressFree((CUdeviceptr)(uintptr_t)imp->map, imp->map_size);
         }
         break;

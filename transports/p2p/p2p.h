@@ -43,6 +43,8 @@ typedef struct {
     uint64_t map_size;
     char *base; /* map + offset: the peer's registered base in this address space */
     int host_registered;
+    uint64_t
+        vmm_mapped; /* VMM: bytes mapped from the start of the reservation (a failed import maps a prefix) */
 } dion__mem_import_t;
 
 /* Describes base..base+bytes of this rank's memory; on_gpu says whether it is device memory. */
