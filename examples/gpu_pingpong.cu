@@ -39,9 +39,15 @@ static __device__ unsigned long long now_ns(void)
     return t;
 }
 
+/* The tests also build this file with -DPINGPONG_BOUNDS= (no bound) to show that the checks below catch the
+ * failed launch. */
+#ifndef PINGPONG_BOUNDS
+#define PINGPONG_BOUNDS __launch_bounds__(THREADS, 1)
+#endif
+
 /* Round i: rank 0 sends and rank 1 waits for signal 0 == i, then rank 1 sends back and rank 0 waits. */
-__global__ void __launch_bounds__(THREADS, 1)
-    pingpong(dion_dev_t dev, dion_dwin_t win, int warmup, int rounds, result_t *res)
+__global__ void PINGPONG_BOUNDS pingpong(dion_dev_t dev, dion_dwin_t win, int warmup, int rounds,
+                                         result_t *res)
 {
     __shared__ int stop;
     dion_ctx_t c = dion_ctx(dev, 0);
