@@ -1,5 +1,5 @@
 /* Two ranks bounce 64 KiB between their GPUs (or two processes on one GPU under MPS):
- *   dionrun -n 2 [--mps] ./gpu_pingpong [rounds]
+ *   dionrun -n 2 [--mps] ./gpu_pingpong [rounds [warm-up rounds]]
  * One block of 1024 threads per rank; dion_put_signal_block moves the message and raises the peer's signal
  * after the data. The program checks its own result before it prints a time: every launch and its completion,
  * the final signal values, and every byte received. perf/p2p_bench measures the same loop as the row
@@ -99,9 +99,11 @@ static unsigned char pattern(int rank, size_t i)
 
 int main(int argc, char **argv)
 {
-    int rounds = argc > 1 ? atoi(argv[1]) : 5000, warmup = rounds / 10;
-    if (rounds < 1) {
-        fprintf(stderr, "usage: gpu_pingpong [rounds >= 1]\n");
+    /* Untimed warm-up rounds first (about 0.1 s): the GPU's clocks rise under load, and the first rounds also
+     * absorb the two ranks' kernels starting at different moments. */
+    int rounds = argc > 1 ? atoi(argv[1]) : 5000, warmup = argc > 2 ? atoi(argv[2]) : 20000;
+    if (rounds < 1 || warmup < 0) {
+        fprintf(stderr, "usage: gpu_pingpong [rounds >= 1 [warm-up rounds >= 0]]\n");
         return 2;
     }
     dion_comm_t comm;
