@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,12 +22,36 @@ static int fail(const char *what)
     return 1;
 }
 
-/* A communicator of one rank, made in this process. */
-static int init_one(dion_comm_t *comm)
+/* A communicator of one rank, made in this process, with the library's debug log captured: 0 when the log
+ * gives the reason `why` for the GPU choice (so a single GPU also shows which rule decided). */
+static int init_one(dion_comm_t *comm, const char *why)
 {
+    char path[] = "/tmp/dion-gpu-select-log-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return fail("mkstemp");
+    setenv("DION_LOG", "debug", 1);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
     dion_unique_id_t id;
-    if (dion_get_unique_id(&id) != DION_SUCCESS || dion_comm_init_rank(comm, 1, &id, 0) != DION_SUCCESS) {
+    dion_status_t st = dion_get_unique_id(&id);
+    if (st == DION_SUCCESS) st = dion_comm_init_rank(comm, 1, &id, 0);
+    dup2(saved, 2);
+    close(saved);
+    char text[16384];
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(path);
+    fputs(text, stderr);
+    if (st != DION_SUCCESS) {
         fprintf(stderr, "FAIL: comm init: %s\n", dion_last_error());
+        return 1;
+    }
+    char want[256];
+    snprintf(want, sizeof want, "GPU choice: %s", why);
+    if (!strstr(text, want)) {
+        fprintf(stderr, "FAIL: the log lacks '%s'\n", want);
         return 1;
     }
     return 0;
@@ -38,7 +63,7 @@ static int mode_local(int count)
     if (!v) return fail("the test must set OMPI_COMM_WORLD_LOCAL_RANK");
     int lr = atoi(v), dev = -1;
     dion_comm_t comm;
-    if (init_one(&comm)) return 1;
+    if (init_one(&comm, "local rank modulo visible GPUs")) return 1;
     if (cudaGetDevice(&dev) != cudaSuccess) return fail("cudaGetDevice");
     printf("gpu_select: local rank %d with %d GPU(s) -> GPU %d (want %d)\n", lr, count, dev, lr % count);
     dion_comm_destroy(comm);
@@ -51,7 +76,7 @@ static int mode_app(int count)
     setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1); /* would pick GPU 0 */
     if (cudaSetDevice(want) != cudaSuccess) return fail("cudaSetDevice");
     dion_comm_t comm;
-    if (init_one(&comm)) return 1;
+    if (init_one(&comm, "the application chose its device before DION")) return 1;
     if (cudaGetDevice(&dev) != cudaSuccess) return fail("cudaGetDevice");
     printf("gpu_select: application chose GPU %d, after init GPU %d\n", want, dev);
     dion_comm_destroy(comm);
