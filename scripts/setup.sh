@@ -144,7 +144,7 @@ check_required() {
     say "installing what is missing"
     if ! apt_install "${want_apt[@]}"; then
       if [ ${#pip_pkgs[@]} -gt 0 ] && pip_tools "${pip_pkgs[@]}"; then
-        echo "  installed ${pip_pkgs[*]} with pip"
+        echo "  installed ${pip_pkgs[*]} with pip; for your own shells: export PATH=\"$(dirname "$(command -v cmake || command -v ninja)"):\$PATH\""
       fi
     fi
     cc_ok "${CC:-cc}" || die "no working C compiler: install gcc (apt-get install gcc) or load your site's compiler module"

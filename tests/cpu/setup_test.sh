@@ -2,7 +2,7 @@
 # Runs scripts/setup.sh as a new user would, on machines simulated by PATH: apt present but unable to reach
 # any archive (fake apt-get, apt, dpkg and sudo that fail like that and log every call), an optional header
 # missing (DION_SETUP_HIDE_HEADERS: the script's own compile probe then fails on it), cmake too old with no
-# way to install another. Usage: setup_test.sh SRC WORK CASE; exit 0 pass, 1 fail.
+# way to install another, and with pip as the way. Usage: setup_test.sh SRC WORK CASE; exit 0 pass, 1 fail.
 set -u
 SRC=$1 WORK=$2 CASE=$3
 fake=$WORK/fake-$CASE
@@ -87,6 +87,26 @@ cmake_too_old)
     expect "python3 -m pip install --user cmake ninja"
     grep -q "apt-get update" "$calls" || fail "apt was not tried: $(cat "$calls")"
     grep -q "apt-get install" "$calls" && fail "apt-get install ran although the archive was unreachable"
+    ;;
+pip_fallback)
+    # cmake too old and apt unreachable, but pip works (here: a stand-in that installs the real cmake into
+    # ~/.local/bin, as pip install --user would): the script uses it and carries on.
+    printf '#!/bin/sh\necho "cmake version 3.16.3"\n' >"$fake/cmake"
+    real_cmake=$(PATH=${PATH#"$fake:"} command -v cmake)
+    cat >"$fake/python3" <<F
+#!/bin/sh
+echo "python3 \$*" >>"$calls"
+[ "\$1 \$2 \$3 \$4" = "-m pip install --user" ] || exit 1
+mkdir -p "\$HOME/.local/bin" && ln -sf "$real_cmake" "\$HOME/.local/bin/cmake"
+F
+    chmod +x "$fake/cmake" "$fake/python3"
+    bash "$SRC/scripts/setup.sh" check >"$out" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || fail "setup.sh check exited with $rc"
+    expect "apt cannot reach its archives"
+    expect "installed cmake with pip"
+    expect "== setup check complete"
+    grep -q "python3 -m pip install --user --quiet cmake" "$calls" || fail "pip was not used: $(cat "$calls")"
     ;;
 *)
     echo "unknown case $CASE" >&2
