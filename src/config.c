@@ -39,8 +39,10 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "when a GPU is present. Without a usable GPU CPU mode is chosen anyway.",
      NULL},
     {"DION_DEVICE", DION_CFG_INT, "-1", NULL,
-     "GPU ordinal that comm initialization selects with cudaSetDevice; -1 leaves the current device alone. "
-     "dionrun sets it round-robin.",
+     "GPU ordinal that comm initialization selects with cudaSetDevice; dionrun sets it round-robin. -1 "
+     "(unset): "
+     "the current device when the application chose one, else local rank modulo the visible GPUs (see "
+     "DION_LOCAL_RANK).",
      NULL},
     {"DION_TMPDIR", DION_CFG_STRING, "/tmp", NULL,
      "Folder for the rendezvous file that env initialization uses when no root address is given.", NULL},
@@ -70,15 +72,19 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "A whole unique id in hex (set by dionrun); with DION_RANK and DION_NRANKS it takes precedence over "
      "DION_ROOT.",
      NULL},
-    {"DION_LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node, set by dionrun; informative.", NULL},
+    {"DION_LOCAL_RANK", DION_CFG_INT, NULL, NULL,
+     "Rank within the node, set by dionrun. Without DION_DEVICE, comm initialization takes GPU (local rank "
+     "modulo visible GPUs) unless the application chose a device first; this variable is looked at first, "
+     "then OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK, MPI_LOCALRANKID.",
+     NULL},
     /* read from launchers */
     {"OMPI_COMM_WORLD_RANK", DION_CFG_INT, NULL, NULL, "Rank under Open MPI's mpirun.", "launcher"},
     {"OMPI_COMM_WORLD_SIZE", DION_CFG_INT, NULL, NULL, "Number of ranks under Open MPI's mpirun.",
      "launcher"},
     {"OMPI_COMM_WORLD_LOCAL_SIZE", DION_CFG_INT, NULL, NULL,
      "Ranks on this node under Open MPI; decides whether a rendezvous file can be used.", "launcher"},
-    {"OMPI_COMM_WORLD_LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under Open MPI.",
-     "launcher"},
+    {"OMPI_COMM_WORLD_LOCAL_RANK", DION_CFG_INT, NULL, NULL,
+     "Rank within the node under Open MPI: picks the GPU.", "launcher"},
     {"PMIX_NAMESPACE", DION_CFG_STRING, NULL, NULL,
      "Job id under Open MPI (PMIx): names the rendezvous file.", "launcher"},
     {"OMPI_MCA_ess_base_jobid", DION_CFG_STRING, NULL, NULL,
@@ -87,12 +93,16 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"SLURM_NTASKS", DION_CFG_INT, NULL, NULL, "Number of ranks under srun.", "launcher"},
     {"SLURM_NNODES", DION_CFG_INT, NULL, NULL, "Nodes of the Slurm job; more than 1 needs DION_ROOT.",
      "launcher"},
-    {"SLURM_LOCALID", DION_CFG_INT, NULL, NULL, "Rank within the node under srun.", "launcher"},
+    {"SLURM_LOCALID", DION_CFG_INT, NULL, NULL, "Rank within the node under srun: picks the GPU.",
+     "launcher"},
     {"SLURM_JOB_ID", DION_CFG_STRING, NULL, NULL, "Names the rendezvous file under Slurm.", "launcher"},
     {"SLURM_STEP_ID", DION_CFG_STRING, NULL, NULL, "Names the rendezvous file under Slurm.", "launcher"},
     {"RANK", DION_CFG_INT, NULL, NULL, "Rank under torchrun.", "launcher"},
     {"WORLD_SIZE", DION_CFG_INT, NULL, NULL, "Number of ranks under torchrun.", "launcher"},
-    {"LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under torchrun.", "launcher"},
+    {"LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under torchrun: picks the GPU.",
+     "launcher"},
+    {"MPI_LOCALRANKID", DION_CFG_INT, NULL, NULL,
+     "Rank within the node under MPICH's or Intel MPI's Hydra launcher: picks the GPU.", "launcher"},
     {"MASTER_ADDR", DION_CFG_STRING, NULL, NULL, "torchrun's rendezvous host; DION's root runs there.",
      "launcher"},
     {"MASTER_PORT", DION_CFG_INT, NULL, NULL,
@@ -104,9 +114,11 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "dionrun counts the GPUs it hands out from this list when set (else from the driver's list).",
      "dionrun"},
     {"CUDA_MPS_PIPE_DIRECTORY", DION_CFG_STRING, NULL, NULL,
-     "dionrun --mps uses a running MPS daemon found here, else starts its own in a private folder and sets "
-     "this for the ranks.",
-     "dionrun"},
+     "MPS pipe folder. dionrun --mps uses a running MPS daemon found here, else starts its own in a private "
+     "folder and sets this for the ranks. libdion looks for the daemon's control pipe here (else in "
+     "/tmp/nvidia-mps) when the driver cannot say whether MPS is on, to warn about ranks sharing a GPU "
+     "without it.",
+     NULL},
     {"PATH", DION_CFG_STRING, NULL, NULL, "dionrun finds nvidia-cuda-mps-control here.", "dionrun"},
 };
 const int dion__cfg_count = (int)(sizeof dion__cfg_table / sizeof dion__cfg_table[0]);
