@@ -46,7 +46,45 @@ typedef struct {
 
 static dion__win_entry_t *dion__wins;
 static size_t dion__nwins, dion__wins_cap;
+/* Open-addressing indexes into dion__wins, by handle and by descriptor, so that lookups stay O(1) however
+ * many destroyed windows a long job accumulates. A slot holds an entry's index + 1; 0 is empty. */
+static uint32_t *dion__by_win, *dion__by_table;
+static size_t dion__hcap; /* a power of two, twice dion__wins_cap */
 static pthread_rwlock_t dion__wins_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+static size_t dion__hslot(const void *key)
+{
+    uint64_t h = (uint64_t)(uintptr_t)key;
+    h = (h ^ (h >> 31)) * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 32) & (dion__hcap - 1);
+}
+
+static void dion__hput(uint32_t *ix, const void *key, size_t i)
+{
+    size_t s = dion__hslot(key);
+    while (ix[s]) s = (s + 1) & (dion__hcap - 1);
+    ix[s] = (uint32_t)i + 1;
+}
+
+static dion__win_entry_t *dion__hget(const uint32_t *ix, const void *key, int by_table)
+{
+    if (!dion__hcap || !key) return NULL;
+    for (size_t s = dion__hslot(key); ix[s]; s = (s + 1) & (dion__hcap - 1)) {
+        dion__win_entry_t *e = &dion__wins[ix[s] - 1];
+        if ((by_table ? e->table : (const void *)e->win) == key) return e;
+    }
+    return NULL;
+}
+
+static void dion__wins_reindex(void)
+{
+    memset(dion__by_win, 0, sizeof *dion__by_win * dion__hcap);
+    memset(dion__by_table, 0, sizeof *dion__by_table * dion__hcap);
+    for (size_t i = 0; i < dion__nwins; i++) {
+        dion__hput(dion__by_win, dion__wins[i].win, i);
+        dion__hput(dion__by_table, dion__wins[i].table, i);
+    }
+}
 
 static dion_status_t dion__wins_add(struct dion_win *w)
 {
@@ -55,15 +93,29 @@ static dion_status_t dion__wins_add(struct dion_win *w)
     if (dion__nwins == dion__wins_cap) {
         size_t cap = dion__wins_cap ? 2 * dion__wins_cap : 16;
         dion__win_entry_t *p = realloc(dion__wins, sizeof *p * cap);
-        if (p) {
-            dion__wins = p;
+        uint32_t *a = calloc(2 * cap, sizeof *a), *b = calloc(2 * cap, sizeof *b);
+        if (p) dion__wins = p;
+        if (p && a && b) {
+            free(dion__by_win);
+            free(dion__by_table);
+            dion__by_win = a;
+            dion__by_table = b;
             dion__wins_cap = cap;
+            dion__hcap = 2 * cap;
+            dion__wins_reindex();
+        } else {
+            free(a);
+            free(b);
         }
     }
-    if (dion__nwins < dion__wins_cap)
-        dion__wins[dion__nwins++] = (dion__win_entry_t){w, w->comm, w->table, w->table_kind, 1, w->id};
-    else
+    if (dion__nwins < dion__wins_cap) {
+        dion__wins[dion__nwins] = (dion__win_entry_t){w, w->comm, w->table, w->table_kind, 1, w->id};
+        dion__hput(dion__by_win, w, dion__nwins);
+        dion__hput(dion__by_table, w->table, dion__nwins);
+        dion__nwins++;
+    } else {
         st = dion__error(DION_ERR_NO_MEMORY, "out of memory registering a window");
+    }
     pthread_rwlock_unlock(&dion__wins_lock);
     return st;
 }
@@ -71,22 +123,19 @@ static dion_status_t dion__wins_add(struct dion_win *w)
 /* Marks w destroyed if it is a live window; returns whether it was. Only one caller can win. */
 static int dion__wins_kill(struct dion_win *w)
 {
-    int found = 0;
     pthread_rwlock_wrlock(&dion__wins_lock);
-    for (size_t i = 0; i < dion__nwins && !found; i++)
-        if (dion__wins[i].win == w && dion__wins[i].live) {
-            dion__wins[i].live = 0;
-            found = 1;
-        }
+    dion__win_entry_t *e = dion__hget(dion__by_win, w, 0);
+    int found = e && e->live;
+    if (found) e->live = 0;
     pthread_rwlock_unlock(&dion__wins_lock);
     return found;
 }
 
 static int dion__wins_live(const struct dion_win *w)
 {
-    int found = 0;
     pthread_rwlock_rdlock(&dion__wins_lock);
-    for (size_t i = 0; i < dion__nwins && !found; i++) found = dion__wins[i].win == w && dion__wins[i].live;
+    dion__win_entry_t *e = dion__hget(dion__by_win, w, 0);
+    int found = e && e->live;
     pthread_rwlock_unlock(&dion__wins_lock);
     return found;
 }
@@ -95,14 +144,11 @@ uint32_t dion__cpu_win_state(dion_dwin_t w, uint32_t *id)
 {
     uint32_t why = DION_WCHK_NOT_WIN;
     pthread_rwlock_rdlock(&dion__wins_lock);
-    for (size_t i = 0; i < dion__nwins; i++)
-        if (w && dion__wins[i].table == w) {
-            *id = dion__wins[i].id;
-            why = !dion__wins[i].live             ? DION_WCHK_DESTROYED
-                  : dion__wins[i].table_kind == 1 ? DION_WCHK_NOT_HOST
-                                                  : 0;
-            break;
-        }
+    dion__win_entry_t *e = dion__hget(dion__by_table, w, 1);
+    if (e) {
+        *id = e->id;
+        why = !e->live ? DION_WCHK_DESTROYED : e->table_kind == 1 ? DION_WCHK_NOT_HOST : 0;
+    }
     pthread_rwlock_unlock(&dion__wins_lock);
     return why;
 }
@@ -145,6 +191,7 @@ void dion__win_free_zombies(dion_comm_t c)
         }
     }
     dion__nwins = k;
+    if (dion__hcap) dion__wins_reindex();
     pthread_rwlock_unlock(&dion__wins_lock);
 }
 

@@ -233,6 +233,23 @@ static void ws_test_stale(void)
               NULL);
     ws_expect(dion_win_destroy(w2), DION_ERR_INVALID_ARG, "a second dion_win_destroy", "not a live window",
               NULL);
+    /* Many windows, half of them destroyed early: every handle keeps its state while the registry grows. */
+    enum { MANY = 40 }; /* with the windows above: the registry grows twice */
+    dion_win_t many[MANY];
+    void *mb;
+    for (int i = 0; i < MANY; i++)
+        WS_OK(dion_win_alloc(ws_comm, 64 + 8 * (size_t)i, DT_ON_HOST, &mb, &many[i]));
+    for (int i = 0; i < MANY; i += 2) WS_OK(dion_win_destroy(many[i]));
+    for (int i = 0; i < MANY; i++) {
+        int live = i & 1;
+        if ((dion_win_device(many[i]) != NULL) != live ||
+            dion_win_size(many[i], ws_rank) != (live ? 64 + 8 * (size_t)i : 0)) {
+            WS_FAIL("window %d of %d: %s handle misreported", i, MANY, live ? "a live" : "a destroyed");
+            break;
+        }
+    }
+    for (int i = 1; i < MANY; i += 2) WS_OK(dion_win_destroy(many[i]));
+    if (dion_win_destroy(many[MANY - 1]) != DION_ERR_INVALID_ARG) WS_FAIL("the last window destroyed twice");
     /* The comm still works after the rejected calls. */
     WS_OK(dion_comm_barrier(ws_comm));
     WS_OK(dion_dev_destroy(ws_comm, &dev));
