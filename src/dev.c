@@ -300,36 +300,40 @@ static dion_status_t dion__dev_options(const dion_dev_attr_t *attr, dion_dev_att
 
 /* What every rank's handle must agree on. Not here, by design: wait_timeout_ns (a wait's timeout only governs
  * the waiting rank) and DION_STATS (each rank counts its own operations). */
+enum {
+    DION__ARG_SIGNALS,  /* the control words and barrier counters sit after the signals, and peers address */
+    DION__ARG_CONTEXTS, /* them by their own layout */
+    DION__ARG_CPU,      /* CPU mode, everywhere or nowhere */
+    DION__ARG_CHECK,    /* DION_CHECK protects a rank only when every rank checks what it sends */
+    DION__NARGS
+};
 typedef struct {
-    uint32_t num_signals;  /* the control words and barrier counters sit after the signals: peers address */
-    uint32_t num_contexts; /* them by this rank's own layout */
-    uint32_t cpu;          /* CPU mode, everywhere or nowhere */
-    uint32_t check;        /* DION_CHECK protects a rank only when every rank checks what it sends */
+    uint32_t v[DION__NARGS];
 } dion__dev_args_t;
 
-/* Every rank sees the same table, so every rank rejects with the same sentence: the first field that differs,
- * rank 0's value and the first rank whose value differs from it. */
+/* Every rank sees the same table, so every rank rejects with the same sentence: the first argument that
+ * differs, rank 0's value and the first rank whose value differs from it. */
 static dion_status_t dion__dev_args_agree(dion_comm_t c, const dion__dev_args_t *all)
 {
-    static const char *names[] = {"num_signals", "num_contexts",
-                                  "CPU mode (DION_CPU_MODE or DION_DEV_FLAG_CPU)", "DION_CHECK"};
-    for (int f = 0; f < 4; f++) {
+    static const char *names[DION__NARGS] = {"num_signals", "num_contexts",
+                                             "CPU mode (DION_CPU_MODE or DION_DEV_FLAG_CPU)", "DION_CHECK"};
+    for (int f = 0; f < DION__NARGS; f++) {
         int first = -1, others = 0;
-        uint32_t v0 = ((const uint32_t *)&all[0])[f];
+        uint32_t v0 = all[0].v[f];
         for (int r = 1; r < c->nranks; r++)
-            if (((const uint32_t *)&all[r])[f] != v0) {
+            if (all[r].v[f] != v0) {
                 if (first < 0)
                     first = r;
                 else
                     others++;
             }
         if (first < 0) continue;
-        uint32_t v = ((const uint32_t *)&all[first])[f];
+        uint32_t v = all[first].v[f];
         char more[64] = "";
         if (others)
             snprintf(more, sizeof more, " (and %d more rank%s)", others,
                      others > 1 ? "s differ" : " differs");
-        if (f < 2)
+        if (f == DION__ARG_SIGNALS || f == DION__ARG_CONTEXTS)
             return dion__error(
                 DION_ERR_INVALID_ARG,
                 "dion_dev_create: %s differs across ranks: rank 0 asked %u, rank %d asked %u%s; "
@@ -375,8 +379,8 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
 
     /* Every rank must run the device API the same way and lay its signal table out the same way. */
     dion_status_t ag = dion__comm_agree(c, st, "reading the device handle options");
-    dion__dev_args_t mine = {a.num_signals, a.num_contexts, (uint32_t)cpu,
-                             (flags & DION_DEVF_CHECK) ? 1u : 0u};
+    dion__dev_args_t mine = {
+        {a.num_signals, a.num_contexts, (uint32_t)cpu, (flags & DION_DEVF_CHECK) ? 1u : 0u}};
     if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &mine, sizeof mine, args);
     if (ag == DION_SUCCESS) ag = dion__dev_args_agree(c, args);
 
