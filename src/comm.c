@@ -21,14 +21,15 @@ dion_status_t dion__comm_agree(dion_comm_t c, dion_status_t mine, const char *wh
     char saved[512];
     snprintf(saved, sizeof saved, "%s", dion_last_error());
     dion_status_t st = dion__boot_allgather(c->boot, &me, sizeof me, all);
+    if (st == DION_SUCCESS && mine != DION_SUCCESS) {
+        st = mine; /* this rank's own sentence says more than another rank's name */
+        dion__error_set(st, "%s", saved);
+    }
     for (int r = 0; st == DION_SUCCESS && r < c->nranks; r++)
         if (all[r] != DION_SUCCESS) {
             st = (dion_status_t)all[r];
-            if (r == c->rank)
-                dion__error_set(st, "%s", saved);
-            else
-                dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r,
-                            dion_status_string(st));
+            dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r,
+                        dion_status_string(st));
         }
     free(all);
     return st;

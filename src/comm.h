@@ -36,10 +36,7 @@ struct dion_comm {
     int ux_ready;    /* the first exchange (binding, on every rank) is done */
     uint32_t next_win_id;
     int live_windows;
-    struct dion_win *wins; /* live windows in registration order */
-    void *
-        *zombie_tables; /* tables of destroyed windows still named by a handle's slot; freed with the comm */
-    int nzombies;
+    struct dion_win *wins;     /* live windows in registration order */
     int host_windows;          /* windows whose memory on this rank is host memory */
     struct dion__devh *devs;   /* device handles of this comm */
     pthread_mutex_t devs_lock; /* guards devs against the watchdog */
@@ -68,6 +65,7 @@ dion_status_t dion__fd_exchange(dion_comm_t comm, uint32_t tag, int my_fd, int *
 
 /* Windows (win.c): fills the handle's window slots from the live windows, oldest first. */
 void dion__win_fill_slots(dion_comm_t comm, struct dion_dev_win_slot *slots, int max);
+/* Forgets the comm's windows and frees what destroyed ones kept (their handles and descriptors). */
 void dion__win_free_zombies(dion_comm_t comm);
 /* Whether some live device handle names this window table in a slot (dev.c). */
 int dion__dev_slot_uses(dion_comm_t comm, const void *table);

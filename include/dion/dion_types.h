@@ -89,6 +89,7 @@ struct dion_win_peer {
 };
 
 #define DION_WIN_MAGIC   0x4e495744u /* "DWIN" */
+#define DION_WIN_DEAD    0x44414544u /* "DEAD": the window was destroyed; its descriptor is kept, marked */
 #define DION_WIN_HOST    0x1u        /* window lives in host memory (CPU mode, or pinned host) */
 #define DION_WIN_ALIGN16 0x2u        /* every rank's base (as mapped here) is 16-byte aligned */
 
@@ -134,6 +135,15 @@ typedef struct {
 } dion_err_record_t;
 
 #define DION_ERR_RING 64
+
+/* Why DION_CHECK rejected a window argument of a put, put_signal, get or atomic: the record's cmp field. */
+#define DION_WCHK_RANGE     1 /* offset + bytes lies outside the rank's part (limit: its size) */
+#define DION_WCHK_ALIGN     2 /* an atomic's address (the rank's base + offset) is not 8-byte aligned */
+#define DION_WCHK_NOT_WIN   3 /* NULL, or not a window descriptor of this process */
+#define DION_WCHK_DESTROYED 4 /* the window was destroyed (expected: its id) */
+#define DION_WCHK_OTHER     5 /* a window of a communicator with another number of ranks */
+#define DION_WCHK_NOT_HOST  6 /* CPU mode and the window (or its descriptor) is GPU memory */
+#define DION_WCHK_UNMAPPED  7 /* the rank's part is not mapped here */
 
 /* Written by device code, read by the host: lives in host-mapped memory. Slots are claimed with a counter in
  * the signal table (device memory), so no atomics touch host memory. */
