@@ -26,3 +26,13 @@ if(MPIEXEC_EXECUTABLE)
               TIMEOUT 120 ENV "ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0")
   endif()
 endif()
+
+# Issue 7: defects 6 and 7 (each test failed on the code before its fix).
+dion_test(NAME boot_idle_ring_connections COMMAND test_bootstrap idle 3 LABELS "host;cpu" TIMEOUT 90)
+dion_test(NAME boot_two_jobs_one_root COMMAND test_bootstrap jobs LABELS "host;cpu" TIMEOUT 90)
+dion_test(NAME boot_abort_longest_timeout COMMAND test_bootstrap abortlong LABELS "host;cpu" TIMEOUT 60)
+dion_test(NAME boot_rendezvous_foreign COMMAND test_bootstrap rendezvous LABELS "host;cpu" TIMEOUT 90)
+add_executable(test_boot_internal ${CMAKE_CURRENT_SOURCE_DIR}/test_boot_internal.c)
+target_link_libraries(test_boot_internal PRIVATE dion_internal Threads::Threads)
+dion_test(NAME boot_siphash_vectors COMMAND test_boot_internal siphash LABELS host TIMEOUT 30)
+dion_test(NAME fdpass_hostile_sender COMMAND test_boot_internal fdpass LABELS "host;cpu" TIMEOUT 90)
