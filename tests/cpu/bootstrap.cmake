@@ -36,3 +36,4 @@ add_executable(test_boot_internal ${CMAKE_CURRENT_SOURCE_DIR}/test_boot_internal
 target_link_libraries(test_boot_internal PRIVATE dion_internal Threads::Threads)
 dion_test(NAME boot_siphash_vectors COMMAND test_boot_internal siphash LABELS host TIMEOUT 30)
 dion_test(NAME fdpass_hostile_sender COMMAND test_boot_internal fdpass LABELS "host;cpu" TIMEOUT 90)
+dion_test(NAME boot_impostor_root COMMAND test_bootstrap fakeroot LABELS "host;cpu" TIMEOUT 60)

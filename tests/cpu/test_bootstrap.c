@@ -720,12 +720,83 @@ static int mode_rendezvous(void)
     return 0;
 }
 
+/* ---- an impostor root (defect 7b) ---- */
+
+/* A process that listens at the id's root address without knowing the secret: it must not learn the secret
+ * from what a rank sends, and its answer must not be believed. */
+static int mode_fakeroot(void)
+{
+    setenv("DION_BOOTSTRAP_TIMEOUT", "10s", 1);
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    if (bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 4) != 0)
+        FAIL("listen: %s", strerror(errno));
+    getsockname(l, (struct sockaddr *)&a, &alen);
+    unsigned port = ntohs(a.sin_port);
+    /* A real id (its secret is what must stay hidden), pointed at the impostor. Forked before any thread. */
+    int pfd[2];
+    if (pipe(pfd) != 0) FAIL("pipe");
+    pid_t child = fork();
+    if (child == 0) {
+        dion_unique_id_t id;
+        close(pfd[1]);
+        if (read(pfd[0], &id, sizeof id) != (ssize_t)sizeof id) _exit(3);
+        dion_comm_t comm;
+        dion_status_t st = dion_comm_init_rank(&comm, 2, &id, 0);
+        if (st == DION_SUCCESS) FAIL("rank 0 believed a root that does not know the secret");
+        if (!strstr(dion_last_error(), "prove"))
+            FAIL("the error does not say that the root failed to prove the secret: %s", dion_last_error());
+        printf("rank refused the impostor: %s\n", dion_last_error());
+        fflush(stdout);
+        _exit(0);
+    }
+    close(pfd[0]);
+    dion_unique_id_t id;
+    CHECK_OK(dion_get_unique_id(&id));
+    id.bytes[8] = 4;
+    id.bytes[10] = (unsigned char)(port >> 8);
+    id.bytes[11] = (unsigned char)port;
+    id.bytes[12] = 127, id.bytes[13] = 0, id.bytes[14] = 0, id.bytes[15] = 1;
+    if (write(pfd[1], &id, sizeof id) != (ssize_t)sizeof id) FAIL("write");
+    close(pfd[1]);
+    int c = accept(l, NULL, NULL);
+    if (c < 0) FAIL("accept: %s", strerror(errno));
+    struct timeval tv = {1, 0};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    /* Play the root's part as far as one can without the secret: a challenge, then an answer with a made-up
+     * tag that names a successor at the impostor's own address. */
+    unsigned char chal[28] = {0x44, 0x4f, 0x4e, 0x46, 6, 0, 0, 0, 16, 0, 0, 0};
+    for (int i = 12; i < 28; i++) chal[i] = (unsigned char)(i * 37);
+    if (send(c, chal, sizeof chal, MSG_NOSIGNAL) != (ssize_t)sizeof chal) FAIL("send challenge");
+    unsigned char got[512];
+    size_t have = 0;
+    for (ssize_t k; have < sizeof got && (k = recv(c, got + have, sizeof got - have, 0)) > 0;)
+        have += (size_t)k;
+    for (size_t i = 0; i + 16 <= have; i++)
+        if (!memcmp(got + i, id.bytes + 28, 16))
+            FAIL("the rank sent the secret in clear (byte %zu of %zu)", i, have);
+    unsigned char ring[12 + 36] = {0x44, 0x4f, 0x4e, 0x46, 2, 0, 0, 0, 36, 0, 0, 0, 4, 0};
+    ring[14] = (unsigned char)(port >> 8), ring[15] = (unsigned char)port;
+    ring[16] = 127, ring[19] = 1;
+    ring[32] = 1;                                             /* successor: rank 1 */
+    ring[36] = 2;                                             /* of 2 ranks */
+    for (int i = 40; i < 48; i++) ring[i] = (unsigned char)i; /* a tag it cannot compute */
+    (void)!send(c, ring, sizeof ring, MSG_NOSIGNAL);
+    int code = wait_code(child);
+    close(c);
+    close(l);
+    if (code) FAIL("rank ended with %d", code);
+    printf("impostor root learned no secret (%zu bytes captured) and was not believed\n", have);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
         FAIL("usage: test_bootstrap uid N | env | secret | unreachable | kill N | fuzz N | abortcoll | idle "
              "N | "
-             "jobs | abortlong | rendezvous");
+             "jobs | abortlong | rendezvous | fakeroot");
     const char *mode = argv[1];
     int n = argc > 2 ? atoi(argv[2]) : 2;
     alarm(110); /* never outlive the test's time limit silently */
@@ -740,5 +811,6 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "jobs")) return mode_jobs();
     if (!strcmp(mode, "abortlong")) return mode_abortlong();
     if (!strcmp(mode, "rendezvous")) return mode_rendezvous();
+    if (!strcmp(mode, "fakeroot")) return mode_fakeroot();
     FAIL("unknown mode %s", mode);
 }
