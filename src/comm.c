@@ -244,7 +244,7 @@ dion_status_t dion_comm_destroy(dion_comm_t comm)
             comm->live_windows, comm->devs ? "some" : "no");
     dion__win_free_zombies(comm);
     dion__boot_destroy(comm->boot);
-    if (comm->ux_fd >= 0) close(comm->ux_fd);
+    dion__fd_close(comm);
     free(comm->info);
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->devs_lock);

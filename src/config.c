@@ -65,8 +65,9 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "take the port of torch's own store.",
      NULL},
     {"DION_SECRET", DION_CFG_STRING, NULL, NULL,
-     "Shared secret for env initialization with DION_ROOT or MASTER_ADDR; connections that do not present it "
-     "are dropped. Unset: derived from the job id, which only guards against strays from other jobs.",
+     "Shared secret for env initialization with DION_ROOT or MASTER_ADDR; ranks prove it to each other "
+     "without sending it. Unset: derived from the launcher's job id, which keeps jobs apart but does not "
+     "stop a hostile local user; with neither, env initialization with a root address fails.",
      NULL},
     {"DION_UNIQUE_ID", DION_CFG_STRING, NULL, NULL,
      "A whole unique id in hex (set by dionrun); with DION_RANK and DION_NRANKS it takes precedence over "
@@ -89,6 +90,9 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "Job id under Open MPI (PMIx): names the rendezvous file.", "launcher"},
     {"OMPI_MCA_ess_base_jobid", DION_CFG_STRING, NULL, NULL,
      "Job id under Open MPI without PMIx: names the rendezvous file.", "launcher"},
+    {"OMPI_MCA_orte_hnp_uri", DION_CFG_STRING, NULL, NULL,
+     "Job id under older Open MPI (ORTE): names the rendezvous file; seeds the secret without DION_SECRET.",
+     "launcher"},
     {"SLURM_PROCID", DION_CFG_INT, NULL, NULL, "Rank under srun.", "launcher"},
     {"SLURM_NTASKS", DION_CFG_INT, NULL, NULL, "Number of ranks under srun.", "launcher"},
     {"SLURM_NNODES", DION_CFG_INT, NULL, NULL, "Nodes of the Slurm job; more than 1 needs DION_ROOT.",
