@@ -1,7 +1,8 @@
 /* DION_TRACE test (included by conformance.h, mode "trace"): ranks 0 and 1 play a put_signal ping-pong of
  * DT_TRACE_ROUNDS rounds on context 0, check every round's bytes, then quiet context 0 and signal once on
- * context 1. tests/cpu/trace_check.py then checks each rank's trace file: one put_signal and one wait per
- * round with the round's size and value, one quiet, one signal instant on track 1, and what was dropped. */
+ * context 1, then meet in a device barrier on context 2. tests/common/trace_check.py then checks each rank's
+ * trace file: one put_signal and one wait per round with the round's size and value, one quiet, one signal
+ * instant on track 1, a quiet and a barrier on track 2, and what was dropped. */
 #ifndef DION_TEST_TRACE_H
 #define DION_TEST_TRACE_H
 
@@ -47,6 +48,7 @@ DT_KERNEL(dt_trace_kernel, dt_trace_args_t)
     }
     if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
     dion_signal(dion_ctx(a->dev, 1), peer, 1, DION_SIG_ADD, 1);
+    if (a->dev.nranks == 2 && dion_barrier(dion_ctx(a->dev, 2)) != DION_SUCCESS) a->result[0]++;
 }
 
 static void dt_test_trace(dion_win_t win)
