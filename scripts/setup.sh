@@ -14,7 +14,7 @@ say() { printf '\n== %s\n' "$*"; }
 
 install_packages() {
   local want=(cmake ninja-build g++ make pkg-config openmpi-bin libopenmpi-dev libibverbs-dev ibverbs-providers
-              libfabric-dev)
+              libfabric-dev python3)
   local missing=()
   for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -eq 0 ]; then return; fi
