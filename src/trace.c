@@ -20,9 +20,10 @@ struct dion__trace {
     dion_trace_event_t *host_events;
     uint64_t host_capacity;
     uint64_t host_head; /* claimed so far, dropped ones included */
+    unsigned number;    /* traced handles this process made before this one: names the file */
 };
 
-static unsigned dion__trace_handles; /* traced handles made by this process: names the second one's file */
+static unsigned dion__trace_handles; /* traced handles made by this process so far */
 
 dion_status_t dion__trace_new(int cpu, uint32_t num_contexts, uint64_t capacity, uint64_t host_capacity,
                               struct dion__trace **out)
@@ -197,6 +198,16 @@ static void dion__trace_json_event(FILE *f, const dion_trace_event_t *e, int ran
     fprintf(f, "}}");
 }
 
+/* Earlier start first; of two that start together, the longer (the enclosing call: a barrier and its quiet)
+ * first, so that viewers nest them. */
+static int dion__trace_order(const void *pa, const void *pb)
+{
+    const dion_trace_event_t *a = pa, *b = pb;
+    if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns ? -1 : 1;
+    if (a->end_ns != b->end_ns) return a->end_ns > b->end_ns ? -1 : 1;
+    return 0;
+}
+
 static void dion__trace_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
@@ -251,8 +262,8 @@ dion_status_t dion__trace_write(struct dion__trace *t, const char *path, int ran
     for (uint32_t k = 0; k < nctx; k++) {
         uint64_t kept = heads[k] < cap ? heads[k] : cap;
         dropped += heads[k] - kept;
-        for (uint64_t i = 0; i < kept; i++)
-            if (ev[k * cap + i].start_ns < base) base = ev[k * cap + i].start_ns;
+        qsort(ev + (size_t)k * cap, kept, sizeof *ev, dion__trace_order);
+        if (kept && ev[k * cap].start_ns < base) base = ev[k * cap].start_ns;
     }
     for (uint64_t i = 0; i < host_kept; i++) {
         t->host_events[i].start_ns += (uint64_t)host_shift;
@@ -390,6 +401,8 @@ dion_status_t dion__trace_create(dion_comm_t c, int cpu, uint32_t num_contexts, 
     if (st != DION_SUCCESS) return st;
     if (!cpu && c->cuda_device >= 0) cudaSetDevice(c->cuda_device);
     st = dion__trace_new(cpu, num_contexts, (uint64_t)events, DION__TRACE_HOST_EVENTS, out);
+    /* handles are made collectively, so every rank numbers them alike */
+    if (st == DION_SUCCESS) (*out)->number = __atomic_fetch_add(&dion__trace_handles, 1, __ATOMIC_RELAXED);
     if (st == DION_SUCCESS)
         DION_LOG(DION_LOG_INFO, "trace: %u contexts x %lld events, written to %s at dion_dev_destroy",
                  num_contexts, events, path);
@@ -410,8 +423,7 @@ void dion__trace_finish(dion_comm_t c, struct dion__trace **tp)
     if (!t) return;
     const char *pattern = dion__cfg_str("DION_TRACE");
     char path[4096];
-    unsigned n = __atomic_fetch_add(&dion__trace_handles, 1, __ATOMIC_RELAXED);
-    if (!pattern || !dion__trace_path(pattern, c->rank, n, path, sizeof path)) {
+    if (!pattern || !dion__trace_path(pattern, c->rank, t->number, path, sizeof path)) {
         DION_LOG(DION_LOG_WARN, "trace: DION_TRACE is unset or too long; the trace was not written");
     } else {
         if (!t->cpu && c->cuda_device >= 0) cudaSetDevice(c->cuda_device);

@@ -30,8 +30,8 @@ dion_status_t dion__trace_counts(struct dion__trace *t, uint32_t ctx, uint64_t *
 dion_status_t dion__trace_write(struct dion__trace *t, const char *path, int rank, const char *host);
 
 /* The file a rank writes for DION_TRACE=pattern: %r becomes the rank; without %r, ".rank<N>" goes before a
- * trailing ".json" (or ".rank<N>.json" is appended). The nth traced handle of a process (n > 0) adds
- * ".dev<n>" the same way. Returns 0 when the name does not fit. */
+ * trailing ".json" (or ".rank<N>.json" is appended). The process's traced handle number n (counted from 0
+ * in creation order) adds ".dev<n>" the same way when n > 0. Returns 0 when the name does not fit. */
 int dion__trace_path(const char *pattern, int rank, unsigned n, char *out, size_t cap);
 
 /* dev.c's hooks. create: *out is NULL unless DION_TRACE is set. attach: points the handle at the arrays and

@@ -69,11 +69,12 @@ def check_rank(path, rank, rounds, capacity):
     others = [e for e in data if e.get("tid") not in (0, 1, 2)]
     if others:
         fail(f"{path}: {len(others)} events on tracks other than contexts 0, 1 and 2, first {others[0]}")
-    # the barrier includes a quiet, which ends first
-    if [(e.get("name"), e.get("ph")) for e in ctx2] != [("quiet", "X"), ("barrier", "X")]:
-        fail(f"{path}: context 2 has {[(e.get('name'), e.get('ph')) for e in ctx2]}, expected a quiet and a barrier")
-    elif ctx2[1]["args"].get("status") != "DION_SUCCESS" or ctx2[1]["dur"] < ctx2[0]["dur"]:
-        fail(f"{path}: barrier event {ctx2[1]} does not contain its quiet {ctx2[0]}")
+    # the barrier encloses its quiet, and is written first (viewers nest events in file order on ties)
+    if [(e.get("name"), e.get("ph")) for e in ctx2] != [("barrier", "X"), ("quiet", "X")]:
+        fail(f"{path}: context 2 has {[(e.get('name'), e.get('ph')) for e in ctx2]}, expected a barrier, then its quiet")
+    elif ctx2[0]["args"].get("status") != "DION_SUCCESS" or ctx2[0]["ts"] > ctx2[1]["ts"] or \
+            ctx2[0]["ts"] + ctx2[0]["dur"] < ctx2[1]["ts"] + ctx2[1]["dur"] - 0.0015:
+        fail(f"{path}: barrier event {ctx2[0]} does not enclose its quiet {ctx2[1]}")
     # exact counts per kind
     for kind in ("put_signal", "wait", "quiet"):
         got = sum(1 for e in ctx0 if e.get("name") == kind and e.get("ph") == "X")
