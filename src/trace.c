@@ -188,9 +188,11 @@ static void dion__trace_json_event(FILE *f, const dion_trace_event_t *e, int ran
     if (op == DION_OP_PUT_SIGNAL || op == DION_OP_SIGNAL)
         fprintf(f, ",\"sig_op\":\"%s\",\"value\":%llu", dion__trace_sigop_name(e->cmp),
                 (unsigned long long)e->value);
-    if (op == DION_OP_WAIT || op == DION_OP_BARRIER)
+    if (op == DION_OP_WAIT)
         fprintf(f, ",\"cmp\":\"%s\",\"value\":%llu,\"observed\":%llu", dion__trace_cmp_name(e->cmp),
                 (unsigned long long)e->value, (unsigned long long)e->observed);
+    if (op == DION_OP_BARRIER) /* the arrivals it waited for */
+        fprintf(f, ",\"value\":%llu", (unsigned long long)e->value);
     if (op == DION_OP_FETCH_ADD || op == DION_OP_COMPARE_SWAP)
         fprintf(f, ",\"value\":%llu,\"old\":%llu", (unsigned long long)e->value,
                 (unsigned long long)e->observed);
