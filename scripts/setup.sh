@@ -211,7 +211,7 @@ check_optional() {
   return 0
 }
 
-# What the test suite uses beyond the build: clang's fuzzer runtime, ip (iproute2), pkg-config.
+# What the test suite uses beyond the build: clang's fuzzer runtime, ip (iproute2), pkg-config, python3.
 check_test_tools() {
   say "test suite tools"
   local want=()
@@ -223,6 +223,7 @@ check_test_tools() {
   rm -rf "$d"
   if have ip; then ok "ip (iproute2)"; else miss "ip (iproute2)"; want+=(iproute2); fi
   if have pkg-config; then ok "pkg-config"; else miss "pkg-config (the install test)"; want+=(pkg-config); fi
+  if have python3; then ok "python3"; else miss "python3 (trace and message-table checks)"; want+=(python3); fi
   if [ ${#want[@]} -gt 0 ] && ! apt_install "${want[@]}"; then
     echo "  (could not install ${want[*]}: the tests that need them are skipped or fail)"
   fi

@@ -21,6 +21,15 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "atomic "
      "per operation.",
      NULL},
+    {"DION_TRACE", DION_CFG_STRING, NULL, NULL,
+     "Path of a Chrome-trace JSON file: device operations are recorded per context and each rank writes "
+     "path.rank<N>.json at dion_dev_destroy (%r in the path is replaced by the rank instead). "
+     "dion-trace-merge joins the files. See docs/tracing.md.",
+     NULL},
+    {"DION_TRACE_EVENTS", DION_CFG_INT, "16384", NULL,
+     "With DION_TRACE: events kept per context (64 bytes each, device memory); later events are counted as "
+     "dropped. Range 1 to 16777216.",
+     NULL},
     {"DION_WATCHDOG_INTERVAL", DION_CFG_DURATION, "100ms", NULL,
      "How often the watchdog thread reads the device error ring and reports new records through the logger; "
      "0 disables the thread.",

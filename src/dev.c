@@ -6,6 +6,7 @@
 
 #include "comm.h"
 #include "cuda.h"
+#include "trace.h"
 #include "transports/p2p/p2p.h"
 
 struct dion__devh {
@@ -20,7 +21,8 @@ struct dion__devh {
     uint64_t **tables; /* [nranks] every table as mapped here (NULL when unreachable) */
     struct dion_dev_errors *errors_host;
     uint64_t check_cursor, watch_cursor;
-    cudaStream_t stream; /* non-blocking: host reads and abort writes never wait for user kernels */
+    cudaStream_t stream;       /* non-blocking: host reads and abort writes never wait for user kernels */
+    struct dion__trace *trace; /* DION_TRACE (trace.c); NULL when off */
 };
 
 static const char *dion__op_name(uint32_t op)
@@ -248,6 +250,7 @@ static void dion__devh_free(struct dion__devh *h)
         if (h->dev.stats) cudaFree(h->dev.stats);
         if (h->stream) cudaStreamDestroy(h->stream);
     }
+    dion__trace_free(h->trace);
     free(h->imports);
     free(h->tables);
     free(h);
@@ -469,6 +472,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             st = dion__dev_alloc(h, sizeof(uint64_t) * a.num_contexts, 1, (void **)&h->dev.ctx_state);
         if (st == DION_SUCCESS && (flags & DION_DEVF_STATS))
             st = dion__dev_alloc(h, sizeof(dion_ctx_stats_t) * a.num_contexts, 1, (void **)&h->dev.stats);
+        if (st == DION_SUCCESS) st = dion__trace_create(c, cpu, a.num_contexts, &h->trace);
         ag = dion__comm_agree(c, st, "creating the device handle");
     }
     /* Nobody signals a table before its owner has finished. */
@@ -495,6 +499,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     h->dev.flags = flags;
     h->dev.signals = h->table;
     h->dev.host = h;
+    dion__trace_attach(h->trace, &h->dev);
     for (int r = 0; r < n && r < DION_DEV_INLINE_PEERS; r++) h->dev.peer_inline[r] = h->peers_copy[r];
     pthread_mutex_lock(&c->lock);
     dion__win_fill_slots(c, h->dev.win_slot, DION_DEV_WIN_SLOTS);
@@ -550,6 +555,7 @@ dion_status_t dion_dev_destroy(dion_comm_t c, dion_dev_t *dev)
     while (*pp != h) pp = &(*pp)->next;
     *pp = h->next;
     pthread_mutex_unlock(&c->devs_lock);
+    dion__trace_finish(c, &h->trace);
     dion__devh_free(h);
     memset(dev, 0, sizeof *dev);
     return st;
