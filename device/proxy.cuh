@@ -22,11 +22,16 @@ DION_HD uint64_t dion__proxy_nslots(const dion_proxy_ring_dev_t *r)
     return (uint64_t)r->mask + 1;
 }
 
-/* Polls *word until it is >= target (exact: == target), the ring failed, the comm was aborted, or timeout_ns
- * passed (0: no limit). The successful load is an acquire. *observed gets the last value read. */
+#define DION__PROXY_POLL_EXACT 1 /* wait for == target rather than >= */
+#define DION__PROXY_POLL_NAP   2 /* CPU mode: nap between polls rather than yield (waits for ring space) */
+
+/* Polls *word until it is >= target (DION__PROXY_POLL_EXACT: == target), the ring failed, the comm was
+ * aborted, or timeout_ns passed (0: no limit). The successful load is an acquire. *observed gets the last
+ * value read. */
 DION_HD dion_status_t dion__proxy_poll(const dion_proxy_ring_dev_t *r, const uint64_t *word, uint64_t target,
-                                       int exact, uint64_t timeout_ns, uint64_t *observed)
+                                       uint32_t how, uint64_t timeout_ns, uint64_t *observed)
 {
+    int exact = (how & DION__PROXY_POLL_EXACT) != 0;
     uint64_t v = dion__ld_acquire(word, DION_SCOPE_SYS);
     uint64_t start = 0;
     for (uint32_t polls = 1; !(exact ? v == target : v >= target); polls++) {
@@ -44,7 +49,13 @@ DION_HD dion_status_t dion__proxy_poll(const dion_proxy_ring_dev_t *r, const uin
                 return DION_ERR_TIMEOUT;
             }
         }
+#if DION__GPU
         dion__backoff(polls);
+#else
+        /* Producers waiting for space on few cores: yields from many of them would hand the consumer's core
+         * around for nothing, naps let it drain. */
+        dion__backoff((how & DION__PROXY_POLL_NAP) && polls >= 16 ? polls + 4096 : polls);
+#endif
         v = dion__ld_acquire(word, DION_SCOPE_SYS);
     }
     *observed = v;
@@ -73,7 +84,8 @@ DION_HD dion_status_t dion__proxy_wait_slot(const dion_proxy_ring_dev_t *r, uint
      * of the slot's previous command (which happened before it advanced consumed) */
     uint64_t cached = dion__ld_acquire(&r->prod->tail_cache, r->scope);
     if (t - cached < n) return DION_SUCCESS; /* consumed never passes an unpublished ticket: cached <= t */
-    dion_status_t st = dion__proxy_poll(r, &r->ctl->consumed, t - n + 1, 0, timeout_ns, observed);
+    dion_status_t st =
+        dion__proxy_poll(r, &r->ctl->consumed, t - n + 1, DION__PROXY_POLL_NAP, timeout_ns, observed);
     if (st == DION_SUCCESS && *observed > cached) dion__st_release(&r->prod->tail_cache, *observed, r->scope);
     return st;
 }
@@ -238,7 +250,7 @@ DION_HD dion_status_t dion__proxy_fetch(const dion_proxy_ring_dev_t *r, const di
     dion_status_t st = dion__proxy_post(r, cmd, timeout_ns, &t, observed);
     if (st != DION_SUCCESS) return st;
     dion_proxy_cmd_t *s = &r->slots[t & r->mask];
-    st = dion__proxy_poll(r, &s->u.amo.result_tag, t + 1, 1, timeout_ns, &seen);
+    st = dion__proxy_poll(r, &s->u.amo.result_tag, t + 1, DION__PROXY_POLL_EXACT, timeout_ns, &seen);
     if (st == DION_SUCCESS)
         *result = dion__ld_relaxed(&s->u.amo.result, DION_SCOPE_SYS);
     else if (observed)

@@ -177,7 +177,7 @@ static void test_stress(void)
     for (int i = 0; i < np; i++)
         CHECK(pr[i].st == DION_SUCCESS && pr[i].posted == count, "producer %d: %s after %llu posts", i,
               dion_status_string(pr[i].st), (unsigned long long)pr[i].posted);
-    CHECK(dion__proxy_quiet(&r->dev, 60 * SEC, NULL) == DION_SUCCESS, "quiet after the stress");
+    CHECK(dion__proxy_quiet(&r->dev, 20 * SEC, NULL) == DION_SUCCESS, "quiet after the stress");
     dion__proxy_threads_stop(th);
     for (int i = 0; i < np; i++)
         CHECK(k.expect[i] == count, "producer %d: %llu of %llu commands executed", i,

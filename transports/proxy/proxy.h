@@ -10,6 +10,10 @@
 #include "dion/device/proxy_proto.cuh"
 #include "dion/dion.h"
 
+#ifdef __cplusplus /* GPU tests and benchmarks call these from CUDA C++ */
+extern "C" {
+#endif
+
 /* ---- rings (ring.c) ---- */
 
 #define DION__PROXY_RING_MIN 2u
@@ -128,5 +132,9 @@ int dion__proxy_parse_cpulist(const char *text, cpu_set_t *set);
 /* CPUs of the NUMA node of PCI device busid ("0000:3B:00.0", any case); returns their number, 0 when the
  * topology does not say (no such files, node -1). */
 int dion__proxy_numa_cpus(const char *sysroot, const char *busid, cpu_set_t *set);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* DION_TRANSPORT_PROXY_H */
