@@ -50,7 +50,15 @@ DION_HD dion_status_t dion__proxy_poll(const dion_proxy_ring_dev_t *r, const uin
             }
         }
 #if DION__GPU
-        dion__backoff(polls);
+        if ((how & DION__PROXY_POLL_NAP) && target > v) {
+            /* Waiting for space: the slot frees after target - v more commands are taken. Sleeping for a
+             * fraction of that keeps thousands of waiting threads from flooding PCIe with reads of `consumed`
+             * (the proxy takes a command in tens of ns, so 32 ns per command never oversleeps much). */
+            uint64_t d = target - v;
+            __nanosleep(d > 2048 ? 65536u : (unsigned)d * 32u);
+        } else {
+            dion__backoff(polls);
+        }
 #else
         /* Producers waiting for space on few cores: yields from many of them would hand the consumer's core
          * around for nothing, naps let it drain. */
