@@ -76,10 +76,33 @@ __global__ void fetch_kernel(dion_proxy_ring_dev_t ring, uint32_t per, uint64_t 
     }
 }
 
+/* One thread posts stamped commands first..first+count-1 of producer 0 (timeout long), then, if probe, one
+ * more with a 50 ms timeout: out = {its status, its ticket, the consumed count it saw}. */
+__global__ void full_kernel(dion_proxy_ring_dev_t ring, uint32_t first, uint32_t count, int probe,
+                            unsigned *errs, unsigned long long *out)
+{
+    for (uint32_t s = first; s < first + count; s++) {
+        dion_proxy_cmd_t c = dion__proxy_cmd_rma(DION_PROXY_OP_PUT, 0, 7, s, 9, stamp_sum(0, s), s + 1);
+        dion__proxy_cmd_signal(&c, 0, DION_SIG_ADD, ~(uint64_t)s);
+        if (dion__proxy_post(&ring, &c, 10ull * 1000000000ull, NULL, NULL) != DION_SUCCESS)
+            atomicAdd(&errs[3], 1u);
+    }
+    if (probe) {
+        uint32_t s = first + count;
+        dion_proxy_cmd_t c = dion__proxy_cmd_rma(DION_PROXY_OP_PUT, 0, 7, s, 9, stamp_sum(0, s), s + 1);
+        uint64_t t = 0, seen = 99;
+        out[0] = (unsigned long long)dion__proxy_post(&ring, &c, 50ull * 1000000ull, &t, &seen);
+        out[1] = t;
+        out[2] = seen;
+    } else if (dion__proxy_quiet(&ring, 10ull * 1000000000ull, NULL) != DION_SUCCESS) {
+        atomicAdd(&errs[3], 1u);
+    }
+}
+
 typedef struct {
     uint32_t nproducers;
     std::vector<uint64_t> expect;
-    uint64_t total, bad, quiets, fetches, next_pos;
+    uint64_t total, bad, quiets, fetches, nops, next_pos;
     uint64_t word; /* fetch-add target */
 } checker_t;
 
@@ -96,6 +119,10 @@ static dion_status_t check_exec(void *arg, uint32_t thread, dion__proxy_ring_t *
         k->next_pos = pos + 1;
         if (c->op == DION_PROXY_OP_QUIET) {
             k->quiets++;
+            continue;
+        }
+        if (c->op == DION_PROXY_OP_NOP) {
+            k->nops++;
             continue;
         }
         if (c->op == DION_PROXY_OP_FETCH_ADD) {
@@ -146,7 +173,7 @@ int main(int argc, char **argv)
     checker_t k;
     k.nproducers = blocks * tpb;
     k.expect.assign(k.nproducers, 0);
-    k.total = k.bad = k.quiets = k.fetches = k.next_pos = k.word = 0;
+    k.total = k.bad = k.quiets = k.fetches = k.nops = k.next_pos = k.word = 0;
     dion__proxy_exec_t ex = {check_exec, NULL, &k};
     dion__proxy_threads_t *th = NULL;
     if (dion__proxy_threads_start(&r, 1, &ex, 0, &th) != DION_SUCCESS) {
@@ -187,7 +214,51 @@ int main(int argc, char **argv)
         if (v[i] != i) wrong++;
     CHECK(wrong == 0, "%llu fetch-add results are not a permutation of 0..%zu", (unsigned long long)wrong,
           v.size() - 1);
-    printf("%s: %u blocks x %u threads x %u commands through 1024 slots; %u x %u fetch-adds\n",
+    /* A full ring that nobody drains: the GPU's extra post times out and abandons its ticket, the published
+     * commands stay intact, and once a proxy thread runs they execute, the abandoned ticket as a NOP. */
+    {
+        dion__proxy_ring_t *f = NULL;
+        if (dion__proxy_ring_create(1, 16, 1, &f) != DION_SUCCESS) {
+            fprintf(stderr, "FAIL ring: %s\n", dion_last_error());
+            return 1;
+        }
+        unsigned long long *out;
+        CHECK_CUDA(cudaMallocManaged(&out, 4 * sizeof *out));
+        memset(out, 0, 4 * sizeof *out);
+        errs[3] = 0;
+        full_kernel<<<1, 1>>>(f->dev, 0, 16, 1, errs, out);
+        CHECK_CUDA(cudaGetLastError());
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK(errs[3] == 0 && out[0] == DION_ERR_TIMEOUT && out[1] == 16 && out[2] == 0,
+              "full ring: %u posts failed; extra post %s, ticket %llu, consumed seen %llu", errs[3],
+              dion_status_string((dion_status_t)out[0]), out[1], out[2]);
+        CHECK(f->ctl->abandoned == 1 && f->abandon[0] == 17, "abandon list: %llu %llu",
+              (unsigned long long)f->ctl->abandoned, (unsigned long long)f->abandon[0]);
+        for (uint64_t i = 0; i < 16; i++)
+            CHECK(f->slots[i].seq == i + 1 && f->slots[i].u.rma.dst_off == i &&
+                      f->slots[i].u.rma.src_off == stamp_sum(0, i),
+                  "slot %llu changed", (unsigned long long)i);
+        checker_t fk;
+        fk.nproducers = 1;
+        fk.expect.assign(1, 0);
+        fk.total = fk.bad = fk.quiets = fk.fetches = fk.nops = fk.next_pos = fk.word = 0;
+        dion__proxy_exec_t fex = {check_exec, NULL, &fk};
+        dion__proxy_threads_t *fth = NULL;
+        if (dion__proxy_threads_start(&f, 1, &fex, 0, &fth) != DION_SUCCESS) {
+            fprintf(stderr, "FAIL threads: %s\n", dion_last_error());
+            return 1;
+        }
+        full_kernel<<<1, 1>>>(f->dev, 16, 40, 0, errs, out); /* the abandoned sequence number goes again */
+        CHECK_CUDA(cudaGetLastError());
+        CHECK_CUDA(cudaDeviceSynchronize());
+        dion__proxy_threads_stop(fth);
+        CHECK(errs[3] == 0 && fk.expect[0] == 56 && fk.nops == 1 && fk.bad == 0 && fk.quiets == 1,
+              "after the full ring: %u failures, %llu executed, %llu nops, %llu bad", errs[3],
+              (unsigned long long)fk.expect[0], (unsigned long long)fk.nops, (unsigned long long)fk.bad);
+        cudaFree(out);
+        dion__proxy_ring_destroy(f);
+    }
+    printf("%s: %u blocks x %u threads x %u commands through 1024 slots; %u x %u fetch-adds; full ring\n",
            failures ? "FAIL" : "PASS", blocks, tpb, per, fthreads, fper);
     cudaFree(res);
     cudaFree(errs);
