@@ -424,8 +424,9 @@ static void test_quiet(void)
     CHECK(dion__proxy_quiet(dev, 10 * SEC, NULL) == DION_SUCCESS, "quiet once it completes");
     CHECK(dion__proxy_fence(dev, SEC, NULL) == DION_SUCCESS, "fence");
 
-    /* fetching atomics from 4 threads through an 8-slot ring: every old value exactly once */
-    enum { F = 4, N = 400 };
+    /* fetching atomics from 16 threads through an 8-slot ring (more waiting fetches than slots, so slots must
+     * be held until their results are read): every old value exactly once */
+    enum { F = 16, N = 150 };
     uint64_t *res = calloc(F * N, sizeof *res);
     fetcher_t f[F];
     pthread_t tid[F];
