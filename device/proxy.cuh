@@ -78,7 +78,7 @@ DION_HD void dion__proxy_abandon(const dion_proxy_ring_dev_t *r, uint64_t t)
     if (k < DION_PROXY_ABANDON_MAX) {
         dion__st_release(&r->abandon[k], t + 1, DION_SCOPE_SYS);
         dion__st_release(&r->ctl->abandoned, 1, DION_SCOPE_SYS);
-    } else {
+    } else if (!dion__ld_relaxed(&r->ctl->status, DION_SCOPE_SYS)) { /* keep an earlier, truer reason */
         dion__st_release(&r->ctl->status, DION_ERR_TIMEOUT, DION_SCOPE_SYS);
     }
 }
@@ -242,6 +242,7 @@ DION_HD dion_status_t dion__proxy_wait_counter(const dion_proxy_ring_dev_t *r, u
                                                uint64_t value, uint64_t timeout_ns, uint64_t *observed)
 {
     uint64_t seen = 0;
+    if (counter >= DION_PROXY_LCOUNTERS) return DION_ERR_INVALID_ARG;
     dion_status_t st = dion__proxy_poll(r, &r->ctl->lcount[counter], value, 0, timeout_ns, &seen);
     if (observed) *observed = seen;
     return st;

@@ -411,6 +411,8 @@ static void test_quiet(void)
               "local counter %llu after round %d", (unsigned long long)seen, round);
     }
     uint64_t seen = 0;
+    CHECK(dion__proxy_wait_counter(dev, DION_PROXY_LCOUNTERS, 1, SEC, &seen) == DION_ERR_INVALID_ARG,
+          "a counter index past the ring's counters is refused");
     CHECK(dion__proxy_wait_counter(dev, 3, 3073, 20 * MS, &seen) == DION_ERR_TIMEOUT && seen == 3072,
           "a counter that is not reached times out (%llu)", (unsigned long long)seen);
 
