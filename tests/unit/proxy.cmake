@@ -3,6 +3,6 @@
 # changes the count for experiments).
 add_executable(test_proxy_ring ${CMAKE_CURRENT_SOURCE_DIR}/test_proxy_ring.c)
 target_link_libraries(test_proxy_ring PRIVATE dion_internal)
-foreach(t topology full quiet threads stress)
+foreach(t topology full quiet hole threads stress)
   dion_test(NAME unit_proxy_ring_${t} COMMAND test_proxy_ring ${t} LABELS host TIMEOUT 120)
 endforeach()

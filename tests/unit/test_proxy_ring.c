@@ -1,7 +1,7 @@
 /* The proxy backend's command ring and proxy threads, in CPU mode: producers are CPU threads running the
  * device code of device/proxy.cuh, the consumer is the real proxy thread with test execute callbacks that
- * check what they get. Subtests: stress, full, quiet, threads, topology (argv[1]; none: all). Every check
- * prints what failed; the exit status counts failures. */
+ * check what they get. Subtests: stress, full, quiet, hole, threads, topology (argv[1]; none: all). Every
+ * check prints what failed; the exit status counts failures. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -468,6 +468,49 @@ static void test_quiet(void)
     printf("quiet: completion, local counters, fetching atomics, failures\n");
 }
 
+/* An abandoned ticket whose slot still holds an unread fetching atomic: the consumer must not turn the slot
+ * into a NOP before the fetch's result is written and read, or the fetch would lose its result. */
+static void test_hole(void)
+{
+    dion__proxy_ring_t *r = NULL;
+    CHECK(dion__proxy_ring_create(5, 2, 0, &r) == DION_SUCCESS, "%s", dion_last_error());
+    if (!r) return;
+    deferred_t *d = calloc(1, sizeof *d);
+    d->ring = r;
+    d->stalled = 1;
+    d->word = 500;
+    dion__proxy_exec_t ex = {deferred_exec, deferred_progress, d};
+    setenv("DION_PROXY_THREADS", "1", 1);
+    dion__proxy_threads_t *th = NULL;
+    CHECK(dion__proxy_threads_start(&r, 1, &ex, -1, &th) == DION_SUCCESS, "%s", dion_last_error());
+    if (!th) return;
+    uint64_t result = 0;
+    fetcher_t f = {&r->dev, 1, &result, DION_SUCCESS}; /* ticket 0, slot 0 */
+    pthread_t tid;
+    pthread_create(&tid, NULL, fetcher_main, &f);
+    while (__atomic_load_n(&r->slots[0].seq, __ATOMIC_ACQUIRE) != 1) nap_us(1000);
+    dion_proxy_cmd_t c = dion__proxy_cmd_rma(DION_PROXY_OP_PUT, 1, 0, 1, 0, 0, 8); /* ticket 1, slot 1 */
+    CHECK(dion__proxy_post(&r->dev, &c, SEC, NULL, NULL) == DION_SUCCESS, "post");
+    uint64_t t = 0;
+    CHECK(dion__proxy_post(&r->dev, &c, 30 * MS, &t, NULL) == DION_ERR_TIMEOUT && t == 2,
+          "slot 0 is held by the unread fetch: ticket %llu times out", (unsigned long long)t);
+    nap_us(30000); /* the consumer meets the abandoned ticket 2 many times meanwhile */
+    CHECK(r->slots[0].op == DION_PROXY_OP_FETCH_ADD && (r->slots[0].seq & ~DION_PROXY_SEQ_RELEASED) == 1,
+          "the held fetch was overwritten (op %u, seq %llu)", r->slots[0].op,
+          (unsigned long long)r->slots[0].seq);
+    __atomic_store_n(&d->stalled, 0, __ATOMIC_RELEASE);
+    pthread_join(tid, NULL);
+    CHECK(f.st == DION_SUCCESS && result == 500, "fetch: %s, old value %llu", dion_status_string(f.st),
+          (unsigned long long)result);
+    CHECK(dion__proxy_quiet(&r->dev, 10 * SEC, NULL) == DION_SUCCESS, "quiet");
+    dion__proxy_threads_stop(th);
+    CHECK(r->skipped == 1 && d->word == 501, "skipped %llu, word %llu", (unsigned long long)r->skipped,
+          (unsigned long long)d->word);
+    dion__proxy_ring_destroy(r);
+    free(d);
+    printf("hole: an abandoned ticket waits for the fetch that holds its slot\n");
+}
+
 /* ---- several rings over DION_PROXY_THREADS threads ---- */
 
 #define NR 7
@@ -643,6 +686,7 @@ int main(int argc, char **argv)
     if (all || !strcmp(which, "topology")) test_topology();
     if (all || !strcmp(which, "full")) test_full();
     if (all || !strcmp(which, "quiet")) test_quiet();
+    if (all || !strcmp(which, "hole")) test_hole();
     if (all || !strcmp(which, "threads")) test_threads();
     if (all || !strcmp(which, "stress")) test_stress();
     if (failures) fprintf(stderr, "%d failure(s)\n", failures);
