@@ -55,6 +55,19 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      NULL},
     {"DION_TMPDIR", DION_CFG_STRING, "/tmp", NULL,
      "Folder for the rendezvous file that env initialization uses when no root address is given.", NULL},
+    /* proxy backend */
+    {"DION_PROXY_THREADS", DION_CFG_INT, "1", NULL,
+     "Proxy threads per rank (1-256) that drain the proxy backend's command rings; contexts are shared out "
+     "round-robin, so more threads than contexts adds nothing.",
+     NULL},
+    {"DION_PROXY_SPIN", DION_CFG_DURATION, "50us", NULL,
+     "How long an idle proxy thread keeps polling its rings before it starts to sleep. Longer: lower pickup "
+     "latency after short pauses, one busy core meanwhile.",
+     NULL},
+    {"DION_PROXY_SLEEP_MAX", DION_CFG_DURATION, "1ms", NULL,
+     "Longest nap of an idle proxy thread (naps double from 1us up to this). The first command after an idle "
+     "spell may wait this long; an idle thread wakes about once per this interval.",
+     NULL},
     /* bootstrap */
     {"DION_BOOTSTRAP_TIMEOUT", DION_CFG_DURATION, "60s", NULL,
      "Bound on every bootstrap wait: connecting to the root and to ring neighbours, and each collective.",

@@ -1,0 +1,274 @@
+/* The proxy backend's device half: posting commands into a context's ring, and waiting for the counters the
+ * proxy thread writes back. Runs on GPU threads and, compiled as C11, on CPU threads (CPU mode).
+ *
+ * A post takes a ticket with one atomic on the ring's head (device memory), waits until the consumer has
+ * freed the ticket's slot (the `consumed` counter in host memory, read through a device-side cache), writes
+ * the body and publishes it with a release store of seq = ticket + 1. Tickets are unique and the consumer
+ * reads positions in ticket order, so a command is taken exactly once, never half-written, and one thread's
+ * commands run in the order it posted them.
+ *
+ * A producer that waits past the timeout returns DION_ERR_TIMEOUT (the caller writes the error record) and
+ * leaves its ticket in the ring's abandon list: the consumer turns that slot into a NOP when it reaches it,
+ * so nothing after it is held up or lost. These functions record nothing themselves; they return the status
+ * and the value they last observed. */
+#ifndef DION_DEVICE_PROXY_CUH
+#define DION_DEVICE_PROXY_CUH
+
+#include "dion/device/arch.cuh"
+#include "dion/device/proxy_proto.cuh"
+
+DION_HD uint64_t dion__proxy_nslots(const dion_proxy_ring_dev_t *r)
+{
+    return (uint64_t)r->mask + 1;
+}
+
+#define DION__PROXY_POLL_EXACT 1 /* wait for == target rather than >= */
+#define DION__PROXY_POLL_NAP   2 /* CPU mode: nap between polls rather than yield (waits for ring space) */
+
+/* Polls *word until it is >= target (DION__PROXY_POLL_EXACT: == target), the ring failed, the comm was
+ * aborted, or timeout_ns passed (0: no limit). The successful load is an acquire. *observed gets the last
+ * value read. */
+DION_HD dion_status_t dion__proxy_poll(const dion_proxy_ring_dev_t *r, const uint64_t *word, uint64_t target,
+                                       uint32_t how, uint64_t timeout_ns, uint64_t *observed)
+{
+    int exact = (how & DION__PROXY_POLL_EXACT) != 0;
+    /* napping polls are slow already: look at the clock more often, so that short timeouts stay short */
+    uint32_t every = (how & DION__PROXY_POLL_NAP) ? 7 : 127;
+    uint64_t v = dion__ld_acquire(word, DION_SCOPE_SYS);
+    uint64_t start = 0;
+    for (uint32_t polls = 1; !(exact ? v == target : v >= target); polls++) {
+        if ((polls & every) == 0) { /* the clock and the failure words only now and then: they cost a read */
+            uint64_t st = dion__ld_relaxed(&r->ctl->status, DION_SCOPE_SYS);
+            if (!st && r->abort) st = dion__ld_relaxed(r->abort, DION_SCOPE_SYS);
+            if (st) {
+                *observed = v;
+                return (dion_status_t)st;
+            }
+            uint64_t now = dion__time_ns();
+            if (start == 0) start = now;
+            if (timeout_ns && now - start > timeout_ns) {
+                *observed = v;
+                return DION_ERR_TIMEOUT;
+            }
+        }
+#if DION__GPU
+        if ((how & DION__PROXY_POLL_NAP) && target > v) {
+            /* Waiting for space: the slot frees after target - v more commands are taken. Sleeping for a
+             * fraction of that keeps thousands of waiting threads from flooding PCIe with reads of `consumed`
+             * (the proxy takes a command in tens of ns, so 32 ns per command never oversleeps much). */
+            uint64_t d = target - v;
+            __nanosleep(d > 2048 ? 65536u : (unsigned)d * 32u);
+        } else {
+            dion__backoff(polls);
+        }
+#else
+        /* Producers waiting for space on few cores: yields from many of them would hand the consumer's core
+         * around for nothing, naps let it drain. */
+        dion__backoff((how & DION__PROXY_POLL_NAP) && polls >= 16 ? polls + 4096 : polls);
+#endif
+        v = dion__ld_acquire(word, DION_SCOPE_SYS);
+    }
+    *observed = v;
+    return DION_SUCCESS;
+}
+
+/* Gives ticket t up: its slot becomes a NOP for the consumer. Beyond DION_PROXY_ABANDON_MAX abandoned tickets
+ * the consumer could not tell a hole from a slow writer, so the ring is failed instead. */
+DION_HD void dion__proxy_abandon(const dion_proxy_ring_dev_t *r, uint64_t t)
+{
+    uint64_t k = dion__atom_add(&r->prod->abandon_head, 1, r->scope);
+    if (k < DION_PROXY_ABANDON_MAX) {
+        dion__st_release(&r->abandon[k], t + 1, DION_SCOPE_SYS);
+        dion__st_release(&r->ctl->abandoned, 1, DION_SCOPE_SYS);
+    } else if (!dion__ld_relaxed(&r->ctl->status, DION_SCOPE_SYS)) { /* keep an earlier, truer reason */
+        dion__st_release(&r->ctl->status, DION_ERR_TIMEOUT, DION_SCOPE_SYS);
+    }
+}
+
+/* Waits until ticket t's slot is free. The common case reads only the device-side cache of `consumed`. */
+DION_HD dion_status_t dion__proxy_wait_slot(const dion_proxy_ring_dev_t *r, uint64_t t, uint64_t timeout_ns,
+                                            uint64_t *observed)
+{
+    uint64_t n = dion__proxy_nslots(r);
+    /* acquire: pairs with the release below, so this thread's writes to the slot follow the consumer's reads
+     * of the slot's previous command (which happened before it advanced consumed) */
+    uint64_t cached = dion__ld_acquire(&r->prod->tail_cache, r->scope);
+    if (t - cached < n) return DION_SUCCESS; /* consumed never passes an unpublished ticket: cached <= t */
+    dion_status_t st =
+        dion__proxy_poll(r, &r->ctl->consumed, t - n + 1, DION__PROXY_POLL_NAP, timeout_ns, observed);
+    if (st == DION_SUCCESS && *observed > cached) dion__st_release(&r->prod->tail_cache, *observed, r->scope);
+    return st;
+}
+
+/* Writes cmd (all but seq) into ticket t's slot, then publishes it. */
+DION_HD void dion__proxy_fill(const dion_proxy_ring_dev_t *r, uint64_t t, const dion_proxy_cmd_t *cmd)
+{
+    dion_proxy_cmd_t *s = &r->slots[t & r->mask];
+#if DION__GPU
+    const uint64_t *src = (const uint64_t *)cmd;
+    uint64_t *dst = (uint64_t *)s;
+    dst[1] =
+        (src[1] & ~(uint64_t)0xff) | (uint64_t)DION_PROXY_PROTO_VERSION; /* version: low byte of word 1 */
+    /* three 16-byte stores: fewer PCIe writes than six 8-byte ones */
+    for (int i = 2; i < 8; i += 2) *(ulonglong2 *)&dst[i] = make_ulonglong2(src[i], src[i + 1]);
+#else
+    memcpy((char *)s + 8, (const char *)cmd + 8, sizeof *s - 8);
+    s->version = DION_PROXY_PROTO_VERSION;
+#endif
+    dion__st_release(&s->seq, t + 1, DION_SCOPE_SYS);
+}
+
+/* Posts cmd at ticket t, which the caller reserved. On failure the ticket is abandoned (never a hole). */
+DION_HD dion_status_t dion__proxy_post_at(const dion_proxy_ring_dev_t *r, uint64_t t,
+                                          const dion_proxy_cmd_t *cmd, uint64_t timeout_ns,
+                                          uint64_t *observed)
+{
+    uint64_t seen = 0;
+    dion_status_t st = dion__proxy_wait_slot(r, t, timeout_ns, &seen);
+    if (observed) *observed = seen;
+    if (st != DION_SUCCESS) {
+        dion__proxy_abandon(r, t);
+        return st;
+    }
+    dion__proxy_fill(r, t, cmd);
+    return DION_SUCCESS;
+}
+
+/* Posts one command. *ticket (may be NULL) gets its ring position; *observed (may be NULL) the consumed count
+ * last read when it failed. */
+DION_HD dion_status_t dion__proxy_post(const dion_proxy_ring_dev_t *r, const dion_proxy_cmd_t *cmd,
+                                       uint64_t timeout_ns, uint64_t *ticket, uint64_t *observed)
+{
+    uint64_t t = dion__atom_add(&r->prod->head, 1, r->scope);
+    if (ticket) *ticket = t;
+    return dion__proxy_post_at(r, t, cmd, timeout_ns, observed);
+}
+
+/* Every active lane of a warp posts its own command, with one atomic for the warp: the lowest active lane
+ * takes as many tickets as there are active lanes, and lanes take them in lane order. In CPU mode each thread
+ * takes its own ticket (same guarantees, no contiguity). */
+DION_HD dion_status_t dion__proxy_post_warp(const dion_proxy_ring_dev_t *r, const dion_proxy_cmd_t *cmd,
+                                            uint64_t timeout_ns, uint64_t *ticket, uint64_t *observed)
+{
+#if DION__GPU
+    unsigned active = __activemask();
+    unsigned lane;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    unsigned leader = (unsigned)__ffs(active) - 1;
+    unsigned long long base = 0;
+    if (lane == leader) base = dion__atom_add(&r->prod->head, (uint64_t)__popc(active), r->scope);
+    base = __shfl_sync(active, base, leader);
+    uint64_t t = base + (uint64_t)__popc(active & ((1u << lane) - 1u));
+    if (ticket) *ticket = t;
+    return dion__proxy_post_at(r, t, cmd, timeout_ns, observed);
+#else
+    return dion__proxy_post(r, cmd, timeout_ns, ticket, observed);
+#endif
+}
+
+/* Builders for the commands the device API posts. Fields that an op does not use stay zero. */
+DION_HD dion_proxy_cmd_t dion__proxy_cmd(dion_proxy_op_t op, int peer)
+{
+    dion_proxy_cmd_t c;
+    memset(&c, 0, sizeof c);
+    c.version = DION_PROXY_PROTO_VERSION;
+    c.op = (uint8_t)op;
+    c.peer = peer;
+    return c;
+}
+
+DION_HD dion_proxy_cmd_t dion__proxy_cmd_rma(dion_proxy_op_t op, int peer, uint32_t dst_win, uint64_t dst_off,
+                                             uint32_t src_win, uint64_t src_off, uint64_t bytes)
+{
+    dion_proxy_cmd_t c = dion__proxy_cmd(op, peer);
+    c.u.rma.dst_win = dst_win;
+    c.u.rma.dst_off = dst_off;
+    c.u.rma.src_win = src_win;
+    c.u.rma.src_off = src_off;
+    c.u.rma.bytes = bytes;
+    return c;
+}
+
+/* Asks that local counter `counter` be incremented once the command's source may be reused. */
+DION_HD void dion__proxy_cmd_count(dion_proxy_cmd_t *c, uint32_t counter)
+{
+    c->flags |= DION_PROXY_F_LOCAL_COUNT;
+    c->u.rma.counter = (uint16_t)counter;
+}
+
+DION_HD void dion__proxy_cmd_signal(dion_proxy_cmd_t *c, uint32_t sig, uint32_t sig_op, uint64_t value)
+{
+    c->u.rma.sig = sig;
+    c->u.rma.sig_op = (uint8_t)sig_op;
+    c->u.rma.value = value;
+}
+
+/* Waits until every command up to and including ticket t is complete. */
+DION_HD dion_status_t dion__proxy_wait_complete(const dion_proxy_ring_dev_t *r, uint64_t t,
+                                                uint64_t timeout_ns, uint64_t *observed)
+{
+    uint64_t seen = 0;
+    dion_status_t st = dion__proxy_poll(r, &r->ctl->completed, t + 1, 0, timeout_ns, &seen);
+    if (observed) *observed = seen;
+    if (st == DION_SUCCESS) { /* a failure the consumer found while completing still counts */
+        uint64_t f = dion__ld_relaxed(&r->ctl->status, DION_SCOPE_SYS);
+        if (f) st = (dion_status_t)f;
+    }
+    return st;
+}
+
+/* quiet: a QUIET command, complete only when every earlier command of the ring is; waiting for it covers
+ * every command any thread posted before this thread's ticket (a superset of "this thread's earlier
+ * commands"). */
+DION_HD dion_status_t dion__proxy_quiet(const dion_proxy_ring_dev_t *r, uint64_t timeout_ns,
+                                        uint64_t *observed)
+{
+    dion_proxy_cmd_t c = dion__proxy_cmd(DION_PROXY_OP_QUIET, -1);
+    uint64_t t = 0;
+    dion_status_t st = dion__proxy_post(r, &c, timeout_ns, &t, observed);
+    if (st != DION_SUCCESS) return st;
+    return dion__proxy_wait_complete(r, t, timeout_ns, observed);
+}
+
+/* fence: commands after it reach each peer only after those before it (the engine keeps this; see
+ * docs/backends/proxy.md). Returns at once, like dion_fence; a failure is a full ring or a failed one. */
+DION_HD dion_status_t dion__proxy_fence(const dion_proxy_ring_dev_t *r, uint64_t timeout_ns,
+                                        uint64_t *observed)
+{
+    dion_proxy_cmd_t c = dion__proxy_cmd(DION_PROXY_OP_FENCE, -1);
+    return dion__proxy_post(r, &c, timeout_ns, NULL, observed);
+}
+
+/* Waits until local counter `counter` reaches value (sources of that many counted commands are reusable). */
+DION_HD dion_status_t dion__proxy_wait_counter(const dion_proxy_ring_dev_t *r, uint32_t counter,
+                                               uint64_t value, uint64_t timeout_ns, uint64_t *observed)
+{
+    uint64_t seen = 0;
+    if (counter >= DION_PROXY_LCOUNTERS) return DION_ERR_INVALID_ARG;
+    dion_status_t st = dion__proxy_poll(r, &r->ctl->lcount[counter], value, 0, timeout_ns, &seen);
+    if (observed) *observed = seen;
+    return st;
+}
+
+/* Fetching atomics: posts cmd (FETCH_ADD or COMPARE_SWAP), waits for the proxy to write the old value into
+ * the slot, reads it, and then releases the slot (seq | DION_PROXY_SEQ_RELEASED); the consumer does not reuse
+ * the slot before both the result is written and the slot released. On timeout the slot is released too: the
+ * atomic may still be applied later, its result unread. */
+DION_HD dion_status_t dion__proxy_fetch(const dion_proxy_ring_dev_t *r, const dion_proxy_cmd_t *cmd,
+                                        uint64_t timeout_ns, uint64_t *result, uint64_t *observed)
+{
+    uint64_t t = 0, seen = 0;
+    dion_status_t st = dion__proxy_post(r, cmd, timeout_ns, &t, observed);
+    if (st != DION_SUCCESS) return st;
+    dion_proxy_cmd_t *s = &r->slots[t & r->mask];
+    st = dion__proxy_poll(r, &s->u.amo.result_tag, t + 1, DION__PROXY_POLL_EXACT, timeout_ns, &seen);
+    if (st == DION_SUCCESS)
+        *result = dion__ld_relaxed(&s->u.amo.result, DION_SCOPE_SYS);
+    else if (observed)
+        *observed = seen;
+    /* release: the read of result comes before the consumer may hand the slot to another producer */
+    dion__st_release(&s->seq, (t + 1) | DION_PROXY_SEQ_RELEASED, DION_SCOPE_SYS);
+    return st;
+}
+
+#endif /* DION_DEVICE_PROXY_CUH */

@@ -1,0 +1,238 @@
+/* The proxy backend's command ring on one GPU, without a network: what the GPU-to-proxy hand-off costs.
+ *  pickup:  one GPU thread posts an 8 B put command, the proxy thread takes it and completes it, the GPU sees
+ *           the completion counter move; reported as the round trip and as half of it (the pickup latency).
+ *  ref:     the same round trip with a bare flag in host memory that a CPU thread echoes: the floor.
+ *  msgrate: commands per second from 1, 8 and all SMs (one warp each, warp posting, one ring per block).
+ *   proxy_ring_bench [--tests pickup,ref,msgrate] [--iters N] [--warmup N] [--csv FILE] [--label L]
+ * DION_PROXY_THREADS picks the proxy threads for msgrate; DION_PROXY_SPIN defaults to 10s here so that the
+ * proxy never naps during a measurement. */
+#include <pthread.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bench_common.h"
+#include "dion/device/proxy.cuh"
+#include "transports/proxy/proxy.h"
+
+#define TIMEOUT_NS (10ull * 1000000000ull)
+
+/* ---- the proxy side: every command completes as soon as it is taken ---- */
+
+static dion_status_t complete_exec(void *arg, uint32_t thread, dion__proxy_ring_t *r, dion_proxy_cmd_t *cmds,
+                                   uint32_t n, uint32_t *taken)
+{
+    dion__proxy_ring_complete(r, dion__proxy_cmd_pos(&cmds[n - 1]) + 1);
+    *taken = n;
+    return DION_SUCCESS;
+}
+
+/* ---- pickup: post, wait for completion, one thread ---- */
+
+__global__ void pickup_kernel(dion_proxy_ring_dev_t ring, int iters, int warmup, unsigned long long *lat,
+                              unsigned *errs)
+{
+    for (int i = 0; i < warmup + iters; i++) {
+        uint64_t t0 = bench_now_ns();
+        dion_proxy_cmd_t c = dion__proxy_cmd_rma(DION_PROXY_OP_PUT, 1, 0, 0, 0, 0, 8);
+        uint64_t t = 0;
+        if (dion__proxy_post(&ring, &c, TIMEOUT_NS, &t, NULL) != DION_SUCCESS ||
+            dion__proxy_wait_complete(&ring, t, TIMEOUT_NS, NULL) != DION_SUCCESS) {
+            errs[0]++;
+            return;
+        }
+        uint64_t t1 = bench_now_ns();
+        if (i >= warmup) lat[i - warmup] = t1 - t0;
+    }
+}
+
+/* ---- ref: a bare flag echoed by a CPU thread ---- */
+
+typedef struct {
+    uint64_t *flag, *echo; /* host views */
+    int stop;
+} echo_t;
+
+static void *echo_main(void *p)
+{
+    echo_t *e = (echo_t *)p;
+    uint64_t last = 0;
+    while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t v = __atomic_load_n(e->flag, __ATOMIC_ACQUIRE);
+        if (v != last) {
+            __atomic_store_n(e->echo, v, __ATOMIC_RELEASE);
+            last = v;
+        }
+    }
+    return NULL;
+}
+
+__global__ void ref_kernel(uint64_t *flag, uint64_t *echo, uint64_t base, int iters, int warmup,
+                           unsigned long long *lat, unsigned *errs)
+{
+    for (int i = 1; i <= warmup + iters; i++) {
+        uint64_t v = base + (uint64_t)i, t0 = bench_now_ns();
+        dion__st_release(flag, v, DION_SCOPE_SYS);
+        uint64_t polls = 0;
+        while (dion__ld_acquire(echo, DION_SCOPE_SYS) != v)
+            if (++polls > (1ull << 32)) {
+                errs[0]++;
+                return;
+            }
+        uint64_t t1 = bench_now_ns();
+        if (i > warmup) lat[i - warmup - 1] = t1 - t0;
+    }
+}
+
+/* ---- msgrate: each block's warp posts into the block's ring, then one lane waits on quiet ---- */
+
+__global__ void msgrate_kernel(const dion_proxy_ring_dev_t *rings, int per_thread, unsigned *errs)
+{
+    const dion_proxy_ring_dev_t *r = &rings[blockIdx.x];
+    int failed = 0;
+    for (int i = 0; i < per_thread && !failed; i++) {
+        dion_proxy_cmd_t c = dion__proxy_cmd_rma(DION_PROXY_OP_PUT, 1, 0, (uint64_t)i * 8, 0, 0, 8);
+        failed = dion__proxy_post_warp(r, &c, TIMEOUT_NS, NULL, NULL) != DION_SUCCESS;
+    }
+    if (failed) atomicAdd(&errs[0], 1u);
+    __syncwarp();
+    if (threadIdx.x == 0 && dion__proxy_quiet(r, TIMEOUT_NS, NULL) != DION_SUCCESS) atomicAdd(&errs[0], 1u);
+}
+
+static void ring_or_die(uint32_t ctx, uint32_t slots, dion__proxy_ring_t **r)
+{
+    if (dion__proxy_ring_create(ctx, slots, 1, r) != DION_SUCCESS) {
+        fprintf(stderr, "FAIL ring: %s\n", dion_last_error());
+        exit(1);
+    }
+}
+
+static void threads_or_die(dion__proxy_ring_t **rings, uint32_t n, dion__proxy_exec_t *ex,
+                           dion__proxy_threads_t **t)
+{
+    if (dion__proxy_threads_start(rings, n, ex, 0, t) != DION_SUCCESS) {
+        fprintf(stderr, "FAIL proxy threads: %s\n", dion_last_error());
+        exit(1);
+    }
+}
+
+static void report_latency(const bench_opts_t *o, const char *test, std::vector<unsigned long long> &v)
+{
+    std::sort(v.begin(), v.end());
+    double p50 = v[v.size() / 2] / 1000.0, p99 = v[v.size() * 99 / 100] / 1000.0;
+    bench_row(o, "dion", test, "thread", 8, "rtt_us_p50", p50);
+    bench_row(o, "dion", test, "thread", 8, "rtt_us_p99", p99);
+    bench_row(o, "dion", test, "thread", 8, "oneway_us", p50 / 2);
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts_t o;
+    bench_parse(argc, argv, &o);
+    if (!strcmp(o.tests, "signal,put_signal,put_bw,completion,msgrate")) o.tests = "pickup,ref,msgrate";
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        fprintf(stderr, "proxy_ring_bench needs a GPU\n");
+        return 77;
+    }
+    setenv("DION_PROXY_SPIN", "10s", 0);
+    BENCH_CHECK_CUDA(cudaSetDevice(0));
+    cudaDeviceProp prop;
+    BENCH_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    unsigned *errs;
+    BENCH_CHECK_CUDA(cudaMallocManaged(&errs, 4 * sizeof(unsigned)));
+    memset(errs, 0, 4 * sizeof(unsigned));
+    unsigned long long *lat;
+    BENCH_CHECK_CUDA(cudaMallocManaged(&lat, sizeof *lat * (size_t)o.iters));
+    unsigned long long *sink;
+    BENCH_CHECK_CUDA(cudaMalloc(&sink, 64));
+    bench_spin<<<prop.multiProcessorCount, 256>>>(200000000ull, sink); /* clocks up */
+    BENCH_CHECK_CUDA(cudaGetLastError());
+    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+    dion__proxy_exec_t ex = {complete_exec, NULL, NULL};
+    int rc = 0;
+
+    if (bench_wants(&o, "pickup")) {
+        dion__proxy_ring_t *r;
+        dion__proxy_threads_t *t;
+        ring_or_die(0, 1024, &r);
+        threads_or_die(&r, 1, &ex, &t);
+        pickup_kernel<<<1, 1>>>(r->dev, o.iters, o.warmup, lat, errs);
+        BENCH_CHECK_CUDA(cudaGetLastError());
+        BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+        dion__proxy_threads_stop(t);
+        if (errs[0]) {
+            fprintf(stderr, "FAIL pickup: a post or completion wait failed\n");
+            rc = 1;
+        } else {
+            std::vector<unsigned long long> v(lat, lat + o.iters);
+            report_latency(&o, "proxy_pickup", v);
+        }
+        dion__proxy_ring_destroy(r);
+    }
+
+    if (bench_wants(&o, "ref")) {
+        uint64_t *words, *dwords;
+        BENCH_CHECK_CUDA(cudaHostAlloc((void **)&words, 128, cudaHostAllocMapped | cudaHostAllocPortable));
+        memset(words, 0, 128);
+        BENCH_CHECK_CUDA(cudaHostGetDevicePointer((void **)&dwords, words, 0));
+        echo_t e = {words, words + 8, 0};
+        pthread_t tid;
+        pthread_create(&tid, NULL, echo_main, &e);
+        errs[0] = 0;
+        ref_kernel<<<1, 1>>>(dwords, dwords + 8, 0, o.iters, o.warmup, lat, errs);
+        BENCH_CHECK_CUDA(cudaGetLastError());
+        BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+        __atomic_store_n(&e.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(tid, NULL);
+        if (errs[0]) {
+            fprintf(stderr, "FAIL ref: the echo never came\n");
+            rc = 1;
+        } else {
+            std::vector<unsigned long long> v(lat, lat + o.iters);
+            report_latency(&o, "ref_flag_echo", v);
+        }
+        cudaFreeHost(words);
+    }
+
+    if (bench_wants(&o, "msgrate")) {
+        int counts[3] = {1, 8, prop.multiProcessorCount};
+        for (int ci = 0; ci < 3; ci++) {
+            int blocks = counts[ci], per = 4096;
+            std::vector<dion__proxy_ring_t *> rings(blocks);
+            std::vector<dion_proxy_ring_dev_t> devs(blocks);
+            for (int b = 0; b < blocks; b++) {
+                ring_or_die((uint32_t)b, 1024, &rings[b]);
+                devs[b] = rings[b]->dev;
+            }
+            dion_proxy_ring_dev_t *ddevs;
+            BENCH_CHECK_CUDA(cudaMalloc(&ddevs, sizeof *ddevs * blocks));
+            BENCH_CHECK_CUDA(cudaMemcpy(ddevs, devs.data(), sizeof *ddevs * blocks, cudaMemcpyHostToDevice));
+            dion__proxy_threads_t *t;
+            threads_or_die(rings.data(), (uint32_t)blocks, &ex, &t);
+            errs[0] = 0;
+            std::vector<float> ms = bench_time_ms(4, [&] {
+                msgrate_kernel<<<blocks, 32>>>(ddevs, per, errs);
+                BENCH_CHECK_CUDA(cudaGetLastError());
+            });
+            char group[32];
+            snprintf(group, sizeof group, "%dblk", blocks);
+            if (errs[0]) {
+                fprintf(stderr, "FAIL msgrate %s: %u posts or quiets failed\n", group, errs[0]);
+                rc = 1;
+            } else {
+                double cmds = (double)blocks * 32 * per;
+                bench_row(&o, "dion", "proxy_msgrate", group, 8, "Mcmds_median",
+                          cmds / ms[ms.size() / 2] / 1e3);
+                bench_row(&o, "dion", "proxy_msgrate", group, 8, "Mcmds_best", cmds / ms[0] / 1e3);
+            }
+            dion__proxy_threads_stop(t);
+            for (int b = 0; b < blocks; b++) dion__proxy_ring_destroy(rings[b]);
+            cudaFree(ddevs);
+        }
+    }
+    cudaFree(sink);
+    cudaFree(lat);
+    cudaFree(errs);
+    return rc;
+}
