@@ -6,6 +6,7 @@
 #include "comm.h"
 #include "cuda.h"
 #include "gpu_select.h"
+#include "transports/transport.h"
 
 dion_status_t dion__comm_check(dion_comm_t comm, const char *fn)
 {
@@ -243,6 +244,7 @@ dion_status_t dion_comm_destroy(dion_comm_t comm)
             "memory stays mapped until the process exits)",
             comm->live_windows, comm->devs ? "some" : "no");
     dion__win_free_zombies(comm);
+    dion__tl_fini(comm);
     dion__boot_destroy(comm->boot);
     dion__fd_close(comm);
     free(comm->info);

@@ -20,8 +20,9 @@ typedef struct {
     uint64_t nonce; /* random; rank 0's names this communicator's local sockets */
 } dion__rank_info_t;
 
-struct dion__devh; /* dev.c */
-struct dion_win;   /* win.c */
+struct dion__devh;    /* dev.c */
+struct dion__tl_comm; /* transports/transports.c */
+struct dion_win;      /* win.c */
 
 struct dion_comm {
     int rank, nranks;
@@ -44,7 +45,8 @@ struct dion_comm {
     int watchdog_running;
     volatile int watchdog_stop;
     uint64_t watchdog_interval_ns;
-    int failed_rank_seen; /* a neighbour's bootstrap link broke; -1 while none */
+    int failed_rank_seen;     /* a neighbour's bootstrap link broke; -1 while none */
+    struct dion__tl_comm *tl; /* the backend of every peer, chosen at the first window or handle */
 };
 
 /* Same node as this rank? */

@@ -7,7 +7,8 @@
 #include "comm.h"
 #include "cuda.h"
 #include "trace.h"
-#include "transports/p2p/p2p.h"
+#include "transports/p2p/p2p.h" /* dion__host_alloc: CPU-mode signal tables are shared memory */
+#include "transports/transport.h"
 
 struct dion__devh {
     struct dion__devh *next;
@@ -16,7 +17,7 @@ struct dion__devh {
     int cpu;
     uint64_t *table; /* this rank's signal table (device memory, or shared host memory in CPU mode) */
     size_t table_words;
-    dion__mem_import_t *imports; /* [nranks] peers' tables */
+    dion__tl_region_t *region; /* every rank's table, as each one's backend reaches it */
     struct dion_dev_peer peers_copy[DION_DEV_INLINE_PEERS];
     uint64_t **tables; /* [nranks] every table as mapped here (NULL when unreachable) */
     struct dion_dev_errors *errors_host;
@@ -233,9 +234,7 @@ void dion__dev_abort_all(dion_comm_t c, dion_status_t why, int failed_rank)
 
 static void dion__devh_free(struct dion__devh *h)
 {
-    dion_comm_t c = h->comm;
-    if (h->imports)
-        for (int r = 0; r < c->nranks; r++) dion__p2p_unmap(&h->imports[r]);
+    dion__tl_region_destroy(h->region);
     if (h->cpu) {
         if (h->table) dion__host_free(h->table);
         free(h->dev.peers);
@@ -251,7 +250,6 @@ static void dion__devh_free(struct dion__devh *h)
         if (h->stream) cudaStreamDestroy(h->stream);
     }
     dion__trace_free(h->trace);
-    free(h->imports);
     free(h->tables);
     free(h);
 }
@@ -362,21 +360,15 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     st = dion__dev_options(attr, &a, &flags, &cpu, c);
 
     struct dion__devh *h = calloc(1, sizeof *h);
-    dion__mem_desc_t *descs = calloc((size_t)n, sizeof *descs);
-    int(*fds)[DION__VMM_MAX_CHUNKS] = calloc((size_t)n, sizeof *fds);
     struct dion_dev_peer *peers = calloc((size_t)n, sizeof *peers);
     dion__dev_args_t *args = calloc((size_t)n, sizeof *args);
-    dion__mem_export_t exp = {.nfds = 0};
-    if (st == DION_SUCCESS && (!h || !descs || !fds || !peers || !args))
+    if (st == DION_SUCCESS && (!h || !peers || !args))
         st = dion__error(DION_ERR_NO_MEMORY, "out of memory creating a device handle");
-    for (int r = 0; fds && r < n; r++)
-        for (int k = 0; k < DION__VMM_MAX_CHUNKS; k++) fds[r][k] = -1;
     if (h) {
         h->comm = c;
         h->cpu = cpu;
-        h->imports = calloc((size_t)n, sizeof *h->imports);
         h->tables = calloc((size_t)n, sizeof *h->tables);
-        if (!h->imports || !h->tables) st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
+        if (!h->tables) st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
     }
     pthread_mutex_lock(&c->lock);
 
@@ -400,39 +392,24 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
                 st = dion__cuda_check(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking),
                                       "cudaStreamCreate");
         }
-        if (st == DION_SUCCESS) st = dion__p2p_export(c, h->table, h->table_words * 8, &descs[c->rank], &exp);
         ag = dion__comm_agree(c, st, "allocating the signal table");
     }
-    if (ag == DION_SUCCESS) {
-        dion__mem_desc_t mine = descs[c->rank];
-        ag = dion__boot_allgather(c->boot, &mine, sizeof mine, descs);
-    }
-    if (ag == DION_SUCCESS) ag = dion__p2p_share_fds(c, descs, &exp, fds);
-
-    /* Map every peer's table; a peer that cannot be mapped has no backend in this build. */
+    /* Every rank's table through the backend that serves it; a peer no backend reaches fails here, on every
+     * rank, with each backend's reason. */
+    if (ag == DION_SUCCESS)
+        ag = dion__tl_region_create(c, h->table, h->table_words * 8, "the signal table", NULL, NULL,
+                                    &h->region);
     if (ag == DION_SUCCESS) {
         st = DION_SUCCESS;
-        for (int r = 0; r < n && st == DION_SUCCESS; r++) {
-            if (r == c->rank) {
-                h->tables[r] = h->table;
-                peers[r].transport = DION_TRANSPORT_SELF;
-                peers[r].scope = DION_SCOPE_GPU;
-            } else {
-                const char *why = NULL;
-                if (!dion__p2p_reachable(c, r, descs[r].kind, &why)) {
-                    st = dion__error(
-                        DION_ERR_UNSUPPORTED,
-                        "rank %d cannot reach rank %d (host %s): %s. This build has the p2p backend "
-                        "only; gdaki and proxy (network) backends are planned",
-                        c->rank, r, c->info[r].host, why);
-                    break;
-                }
-                st = dion__p2p_import(c, r, &descs[r], fds[r], &h->imports[r]);
-                h->tables[r] = (uint64_t *)h->imports[r].base;
-                peers[r].transport = DION_TRANSPORT_P2P;
-                peers[r].scope = dion__p2p_peer_scope(c, r, cpu);
-            }
+        for (int r = 0; r < n; r++) {
+            const dion__tl_ops_t *tl = dion__tl_of(c, r);
+            h->tables[r] = (uint64_t *)dion__tl_region_view(h->region, r)->base;
+            peers[r].transport = r == c->rank ? DION_TRANSPORT_SELF : tl->kind;
+            peers[r].scope = r == c->rank ? DION_SCOPE_GPU : tl->peer_scope(c, r, cpu);
             peers[r].signals = h->tables[r];
+            if (!h->tables[r] && tl->kind == DION_TRANSPORT_P2P && st == DION_SUCCESS)
+                st = dion__error(DION_ERR_UNSUPPORTED, "rank %d cannot map rank %d's signal table (host %s)",
+                                 c->rank, r, c->info[r].host);
             if (peers[r].scope == DION_SCOPE_SYS) flags |= DION_DEVF_SYS;
             if (r < DION_DEV_INLINE_PEERS) h->peers_copy[r] = peers[r];
         }
@@ -479,12 +456,6 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     if (ag == DION_SUCCESS) ag = dion__boot_barrier(c->boot);
     pthread_mutex_unlock(&c->lock);
 
-    for (int r = 0; fds && r < n; r++)
-        for (int k = 0; k < DION__VMM_MAX_CHUNKS; k++)
-            if (fds[r][k] >= 0) close(fds[r][k]);
-    dion__p2p_export_close(&exp);
-    free(descs);
-    free(fds);
     free(peers);
     free(args);
     if (ag != DION_SUCCESS) {

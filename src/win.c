@@ -8,7 +8,8 @@
 #include "comm.h"
 #include "cuda.h"
 #include "dion/device/common.cuh"
-#include "transports/p2p/p2p.h"
+#include "transports/p2p/p2p.h" /* dion__host_alloc for dion_win_alloc */
+#include "transports/transport.h"
 
 /* Largest window part: far above any memory a machine has, and small enough that no base + offset + bytes
  * computed from it can wrap around. */
@@ -23,7 +24,7 @@ struct dion_win {
     void *base;
     size_t bytes;
     uint64_t *sizes;                    /* [nranks] */
-    dion__mem_import_t *imports;        /* [nranks] */
+    dion__tl_region_t *region;          /* every rank's part, as each one's backend reaches it */
     struct dion_win_dev *table;         /* what dion_win_device returns */
     int table_kind;                     /* 0 malloc, 1 cudaMalloc, 2 cudaHostAlloc */
     uint32_t flags;                     /* the table's flags */
@@ -233,11 +234,9 @@ static dion_status_t dion__win_publish(struct dion_win *w, const struct dion_win
 /* Unmaps the peers' parts and frees the bookkeeping; the descriptor and the handle are the caller's. */
 static void dion__win_release(struct dion_win *w)
 {
-    if (w->imports)
-        for (int r = 0; r < w->comm->nranks; r++) dion__p2p_unmap(&w->imports[r]);
-    free(w->imports);
+    dion__tl_region_destroy(w->region);
+    w->region = NULL;
     free(w->sizes);
-    w->imports = NULL;
     w->sizes = NULL;
 }
 
@@ -270,33 +269,34 @@ static void dion__win_mark_dead(struct dion_win *w)
 
 /* Collective: every rank checks the same descriptions, so every rank reaches the same verdict. A window's
  * parts are all host memory or all GPU memory: its flags, and CPU mode, hold for the whole window. */
-static dion_status_t dion__win_check_descs(dion_comm_t c, const dion__mem_desc_t *d, const char *fn,
-                                           int alloc)
+typedef struct {
+    const char *fn;
+    int alloc; /* dion_win_alloc: the ranks chose on_host */
+} dion__win_check_arg_t;
+
+/* Every rank's part is host memory, or every rank's is GPU memory (0-byte parts do not count): ordering
+ * scopes and copy paths are chosen per window. Runs on every rank over the same data, so all agree. */
+static dion_status_t dion__win_check_parts(dion_comm_t c, const dion__tl_view_t *parts, void *arg)
 {
+    const dion__win_check_arg_t *a = arg;
     int first = -1;
     for (int r = 0; r < c->nranks; r++) {
-        if (d[r].kind == DION__MEM_NONE) continue;
-        if (d[r].offset > d[r].map_size || d[r].size > d[r].map_size - d[r].offset)
-            return dion__error(DION_ERR_INVALID_ARG,
-                               "%s: rank %d described %llu bytes at offset %llu of a %llu-byte mapping; the "
-                               "part must lie inside what is mapped",
-                               fn, r, (unsigned long long)d[r].size, (unsigned long long)d[r].offset,
-                               (unsigned long long)d[r].map_size);
-        int host = d[r].kind == DION__MEM_HOST_FD;
+        if (!parts[r].size) continue;
+        int host = parts[r].on_host;
         if (first < 0) {
             first = r;
-        } else if (host != (d[first].kind == DION__MEM_HOST_FD)) {
+        } else if (host != parts[first].on_host) {
             int fh = !host;
-            if (alloc)
+            if (a->alloc)
                 return dion__error(DION_ERR_INVALID_ARG,
                                    "%s: on_host differs across ranks: rank %d asked %d, rank %d asked %d; "
                                    "pass the same on_host on every rank",
-                                   fn, first, fh, r, host);
+                                   a->fn, first, fh, r, host);
             return dion__error(DION_ERR_INVALID_ARG,
                                "%s: the memory kind differs across ranks: rank %d registered %s memory, rank "
                                "%d %s memory; a window is host memory on every rank or GPU memory on every "
                                "rank",
-                               fn, first, fh ? "host" : "GPU", r, host ? "host" : "GPU");
+                               a->fn, first, fh ? "host" : "GPU", r, host ? "host" : "GPU");
         }
     }
     return DION_SUCCESS;
@@ -308,51 +308,33 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
     int n = c->nranks;
     dion_status_t st = DION_SUCCESS;
     struct dion_win *w = calloc(1, sizeof *w);
-    dion__mem_desc_t *descs = calloc((size_t)n, sizeof *descs);
-    int(*fds)[DION__VMM_MAX_CHUNKS] = calloc((size_t)n, sizeof *fds);
     struct dion_win_dev *tab = calloc(1, dion__win_table_bytes(n));
-    dion__mem_export_t exp = {.nfds = 0};
-    if (!w || !descs || !fds || !tab) {
-        free(descs), free(fds), free(tab), free(w);
+    if (!w || !tab) {
+        free(tab), free(w);
         return dion__error(DION_ERR_NO_MEMORY, "out of memory registering a window");
     }
-    for (int r = 0; r < n; r++)
-        for (int k = 0; k < DION__VMM_MAX_CHUNKS; k++) fds[r][k] = -1;
     w->comm = c;
     w->base = base;
     w->bytes = bytes;
     w->owns = owns;
     w->sizes = calloc((size_t)n, sizeof *w->sizes);
-    w->imports = calloc((size_t)n, sizeof *w->imports);
-    if (!w->sizes || !w->imports) st = dion__error(DION_ERR_NO_MEMORY, "out of memory registering a window");
+    if (!w->sizes) st = dion__error(DION_ERR_NO_MEMORY, "out of memory registering a window");
 
-    /* 1. describe this rank's part; 2. learn everybody's; 3. hand out file descriptors; 4. map. Each step
-     * ends with an agreement so that a failure on one rank fails the call on all, naming that rank. */
-    if (st == DION_SUCCESS) st = dion__p2p_export(c, base, bytes, &descs[c->rank], &exp);
-    dion_status_t ag = dion__comm_agree(c, st, "describing the window memory");
-    if (ag == DION_SUCCESS) {
-        dion__mem_desc_t mine = descs[c->rank];
-        ag = dion__boot_allgather(c->boot, &mine, sizeof mine, descs);
-    }
-    if (ag == DION_SUCCESS) ag = dion__win_check_descs(c, descs, fn, owns);
-    if (ag == DION_SUCCESS) ag = dion__p2p_share_fds(c, descs, &exp, fds);
+    /* Every rank's part through its backend; the call fails on every rank when it fails on one. */
+    dion__win_check_arg_t chk = {fn, owns};
+    dion_status_t ag = dion__comm_agree(c, st, "registering a window");
+    if (ag == DION_SUCCESS)
+        ag = dion__tl_region_create(c, base, bytes, "the window", dion__win_check_parts, &chk, &w->region);
     if (ag == DION_SUCCESS) {
         int any_host = 0;
-        st = DION_SUCCESS;
         for (int r = 0; r < n; r++) {
-            w->sizes[r] = descs[r].size;
-            tab->peer[r].size = descs[r].size;
-            if (descs[r].kind == DION__MEM_HOST_FD) any_host = 1;
-            if (r == c->rank) {
-                tab->peer[r].base = base;
-                continue;
-            }
-            const char *why;
-            if (st != DION_SUCCESS || !dion__p2p_reachable(c, r, descs[r].kind, &why)) continue;
-            st = dion__p2p_import(c, r, &descs[r], fds[r], &w->imports[r]);
-            tab->peer[r].base = w->imports[r].base;
+            const dion__tl_view_t *v = dion__tl_region_view(w->region, r);
+            w->sizes[r] = v->size;
+            tab->peer[r].size = v->size;
+            tab->peer[r].base = v->base;
+            if (v->size && v->on_host) any_host = 1;
         }
-        w->on_host = descs[c->rank].kind == DION__MEM_HOST_FD;
+        w->on_host = bytes && dion__tl_region_view(w->region, c->rank)->on_host;
         tab->magic = DION_WIN_MAGIC;
         tab->flags = any_host ? DION_WIN_HOST : 0;
         int align16 = 1;
@@ -361,17 +343,11 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
         if (align16) tab->flags |= DION_WIN_ALIGN16;
         tab->nranks = n;
         tab->id = w->id = c->next_win_id;
-        if (st == DION_SUCCESS) st = dion__win_publish(w, tab, any_host);
+        st = dion__win_publish(w, tab, any_host);
         w->flags = tab->flags;
         for (int r = 0; r < n && r < DION_DEV_INLINE_PEERS; r++) w->bases[r] = tab->peer[r].base;
-        ag = dion__comm_agree(c, st, "mapping the window");
+        ag = dion__comm_agree(c, st, "publishing the window table");
     }
-    for (int r = 0; r < n; r++)
-        for (int k = 0; k < DION__VMM_MAX_CHUNKS; k++)
-            if (fds[r][k] >= 0) close(fds[r][k]);
-    dion__p2p_export_close(&exp);
-    free(descs);
-    free(fds);
     free(tab);
     if (ag == DION_SUCCESS) ag = dion__wins_add(w);
     if (ag != DION_SUCCESS) {

@@ -1,0 +1,288 @@
+/* The list of backends, the per-peer choice among them, and collective region registration over them. The
+ * only file of the library that names backends. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "transports/transport.h"
+
+const dion__tl_ops_t *const dion__tl_all[] = {&dion__tl_p2p, NULL};
+
+#define DION__TL_MAX 8
+
+/* Per-comm choice: the backend index of each peer, and which backends any rank uses. */
+struct dion__tl_comm {
+    uint8_t *peer_tl;   /* [nranks] index into dion__tl_all */
+    uint32_t used_mask; /* backends some rank uses with some peer: each runs its side exchange */
+};
+
+static int dion__tl_count(void)
+{
+    int n = 0;
+    while (dion__tl_all[n]) n++;
+    return n;
+}
+
+/* The backend DION_TRANSPORT forces, or -1 for auto. */
+static dion_status_t dion__tl_forced(int *out)
+{
+    *out = -1;
+    const char *v = dion__cfg_str("DION_TRANSPORT");
+    if (!v || !strcmp(v, "auto")) return DION_SUCCESS;
+    for (int i = 0; dion__tl_all[i]; i++)
+        if (!strcmp(v, dion__tl_all[i]->name)) {
+            *out = i;
+            return DION_SUCCESS;
+        }
+    return dion__error(DION_ERR_UNSUPPORTED,
+                       "DION_TRANSPORT=%s names no backend of this build; dion-info lists those built", v);
+}
+
+/* This rank's preferred backend for every peer, or a sentence saying why a peer is out of reach. */
+static dion_status_t dion__tl_choose_row(dion_comm_t c, int forced, uint8_t *row)
+{
+    int n = dion__tl_count();
+    char why[DION__TL_MAX][DION__TL_WHY];
+    int usable[DION__TL_MAX];
+    for (int i = 0; i < n; i++) {
+        why[i][0] = 0;
+        usable[i] = dion__tl_all[i]->usable(c, why[i], sizeof why[i]);
+    }
+    for (int p = 0; p < c->nranks; p++) {
+        row[p] = 0xff;
+        if (p == c->rank) { /* a rank reaches itself through the first backend, p2p */
+            row[p] = 0;
+            continue;
+        }
+        char reasons[DION__TL_MAX * (DION__TL_WHY + 16)] = "";
+        size_t len = 0;
+        for (int i = 0; i < n && row[p] == 0xff; i++) {
+            if (forced >= 0 && i != forced) continue;
+            char pwhy[DION__TL_WHY] = "";
+            if (usable[i] && dion__tl_all[i]->reachable(c, p, pwhy, sizeof pwhy)) {
+                row[p] = (uint8_t)i;
+                break;
+            }
+            int k = snprintf(reasons + len, sizeof reasons - len, "%s%s: %s", len ? "; " : "",
+                             dion__tl_all[i]->name, usable[i] ? pwhy : why[i]);
+            if (k > 0 && (size_t)k < sizeof reasons - len) len += (size_t)k;
+        }
+        if (row[p] == 0xff)
+            return dion__error(
+                DION_ERR_UNSUPPORTED,
+                "rank %d cannot reach rank %d (host %s) with %s: %s. dion-info lists what each "
+                "backend needs",
+                c->rank, p, c->info[p].host,
+                forced >= 0 ? "the backend DION_TRANSPORT forces" : "any backend of this build", reasons);
+    }
+    return DION_SUCCESS;
+}
+
+dion_status_t dion__tl_select(dion_comm_t c)
+{
+    if (c->tl) return DION_SUCCESS;
+    int n = c->nranks, forced = -1;
+    struct dion__tl_comm *t = calloc(1, sizeof *t);
+    uint8_t *rows = malloc((size_t)n * (size_t)n);
+    dion_status_t st = t && rows ? DION_SUCCESS : dion__error(DION_ERR_NO_MEMORY, "out of memory");
+    if (t) t->peer_tl = calloc((size_t)n, 1);
+    if (st == DION_SUCCESS && !t->peer_tl) st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
+    if (st == DION_SUCCESS) st = dion__tl_forced(&forced);
+    if (st == DION_SUCCESS) st = dion__tl_choose_row(c, forced, t->peer_tl);
+    dion_status_t ag = dion__comm_agree(c, st, "choosing a backend for every peer");
+    /* Both ends of a pair must use one backend: where their choices differ, both take the later one in the
+     * priority list (the one both can use, since each side's choice was the first it could). */
+    if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, t->peer_tl, (size_t)n, rows);
+    if (ag == DION_SUCCESS) {
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b < n; b++) {
+                uint8_t x = rows[(size_t)a * n + b], y = rows[(size_t)b * n + a];
+                uint8_t use = x > y ? x : y;
+                t->used_mask |= 1u << use;
+                if (a == c->rank) t->peer_tl[b] = use;
+            }
+        for (int p = 0; p < n; p++)
+            if (p != c->rank)
+                DION_LOG(DION_LOG_INFO, "rank %d reaches rank %d (host %s) through %s", c->rank, p,
+                         c->info[p].host, dion__tl_all[t->peer_tl[p]]->name);
+    }
+    free(rows);
+    if (ag != DION_SUCCESS) {
+        if (t) free(t->peer_tl);
+        free(t);
+        return ag;
+    }
+    c->tl = t;
+    return DION_SUCCESS;
+}
+
+const dion__tl_ops_t *dion__tl_of(dion_comm_t c, int peer)
+{
+    return dion__tl_all[c->tl->peer_tl[peer]];
+}
+
+void dion__tl_fini(dion_comm_t c)
+{
+    if (!c->tl) return;
+    free(c->tl->peer_tl);
+    free(c->tl);
+    c->tl = NULL;
+}
+
+/* ---- regions ---- */
+
+/* What every rank says about its region, ahead of the backends' descriptors. */
+typedef struct {
+    uint64_t size;
+    uint32_t on_host;
+    uint32_t pad;
+} dion__tl_head_t;
+
+struct dion__tl_region {
+    dion_comm_t comm;
+    dion__tl_view_t *views; /* [nranks] */
+    void **imps;            /* [nranks] the serving backend's import state, NULL when none */
+};
+
+/* Layout of one rank's record in the allgather: head, then each used backend's descriptor. */
+static size_t dion__tl_record_size(uint32_t used, size_t *offsets)
+{
+    size_t off = sizeof(dion__tl_head_t);
+    for (int i = 0; dion__tl_all[i]; i++) {
+        offsets[i] = off;
+        if (used & (1u << i)) off += (dion__tl_all[i]->desc_size + 7) & ~(size_t)7;
+    }
+    return off;
+}
+
+dion_status_t dion__tl_region_create(dion_comm_t c, void *base, size_t bytes, const char *what,
+                                     dion__tl_check_fn check, void *check_arg, dion__tl_region_t **out)
+{
+    *out = NULL;
+    dion_status_t st = dion__tl_select(c);
+    if (st != DION_SUCCESS) return st;
+    int n = c->nranks, nb = dion__tl_count();
+    uint32_t used = c->tl->used_mask;
+    size_t offsets[DION__TL_MAX];
+    size_t rec = dion__tl_record_size(used, offsets);
+    /* which backends this rank exports through: those that serve it towards some peer */
+    uint32_t mine = 1u; /* p2p describes the region to this rank itself (host or GPU memory) */
+    for (int p = 0; p < n; p++) mine |= 1u << c->tl->peer_tl[p];
+
+    dion__tl_region_t *r = calloc(1, sizeof *r);
+    char *recs = calloc((size_t)n, rec);
+    char *me = calloc(1, rec);
+    void *exps[DION__TL_MAX] = {0};
+    void *shared[DION__TL_MAX] = {0};
+    if (r) {
+        r->comm = c;
+        r->views = calloc((size_t)n, sizeof *r->views);
+        r->imps = calloc((size_t)n, sizeof *r->imps);
+    }
+    st = r && recs && me && r->views && r->imps
+             ? DION_SUCCESS
+             : dion__error(DION_ERR_NO_MEMORY, "out of memory registering %s", what);
+    for (int i = 0; i < nb && st == DION_SUCCESS; i++) {
+        if (!(used & (1u << i))) continue;
+        const dion__tl_ops_t *o = dion__tl_all[i];
+        exps[i] = calloc(1, o->exp_size ? o->exp_size : 1);
+        shared[i] = o->share_size ? calloc((size_t)n, o->share_size) : NULL;
+        if (!exps[i] || (o->share_size && !shared[i]))
+            st = dion__error(DION_ERR_NO_MEMORY, "out of memory registering %s", what);
+    }
+
+    /* 1. describe this rank's part through each backend it uses; 2. learn everybody's; 3. side exchanges;
+     * 4. import. Each step ends in an agreement, so a failure on one rank fails the call on all, naming it.
+     */
+    dion__tl_head_t *head = (dion__tl_head_t *)me;
+    if (st == DION_SUCCESS) head->size = bytes;
+    for (int i = 0; i < nb && st == DION_SUCCESS; i++)
+        if ((used & mine & (1u << i)) && bytes)
+            st = dion__tl_all[i]->mem_export(c, base, bytes, me + offsets[i], exps[i]);
+    if (st == DION_SUCCESS && bytes) head->on_host = (uint32_t)dion__tl_all[0]->desc_on_host(me + offsets[0]);
+    char step[128];
+    snprintf(step, sizeof step, "describing %s", what);
+    dion_status_t ag = dion__comm_agree(c, st, step);
+    if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, me, rec, recs);
+    for (int p = 0; ag == DION_SUCCESS && p < n; p++) {
+        const dion__tl_head_t *h = (const dion__tl_head_t *)(recs + (size_t)p * rec);
+        r->views[p].size = h->size;
+        r->views[p].on_host = (int)h->on_host;
+    }
+    if (ag == DION_SUCCESS && check) ag = check(c, r->views, check_arg);
+    for (int i = 0; i < nb && ag == DION_SUCCESS; i++) {
+        if (!(used & (1u << i)) || !dion__tl_all[i]->mem_share) continue;
+        /* the backend reads descriptors as an array: gather its column */
+        const dion__tl_ops_t *o = dion__tl_all[i];
+        char *col = calloc((size_t)n, o->desc_size ? o->desc_size : 1);
+        if (!col) {
+            ag = dion__error(DION_ERR_NO_MEMORY, "out of memory");
+            break;
+        }
+        for (int p = 0; p < n; p++)
+            memcpy(col + (size_t)p * o->desc_size, recs + (size_t)p * rec + offsets[i], o->desc_size);
+        ag = o->mem_share(c, col, exps[i], shared[i]);
+        free(col);
+    }
+    if (ag == DION_SUCCESS) {
+        st = DION_SUCCESS;
+        for (int p = 0; p < n; p++) {
+            const dion__tl_head_t *h = (const dion__tl_head_t *)(recs + (size_t)p * rec);
+            r->views[p].size = h->size;
+            r->views[p].on_host = (int)h->on_host;
+            if (p == c->rank) {
+                r->views[p].base = base;
+                continue;
+            }
+            if (st != DION_SUCCESS || !h->size) continue;
+            int i = c->tl->peer_tl[p];
+            const dion__tl_ops_t *o = dion__tl_all[i];
+            r->imps[p] = calloc(1, o->imp_size ? o->imp_size : 1);
+            if (!r->imps[p]) {
+                st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
+                continue;
+            }
+            st = o->mem_import(c, p, recs + (size_t)p * rec + offsets[i],
+                               o->share_size ? (char *)shared[i] + (size_t)p * o->share_size : NULL,
+                               r->imps[p], &r->views[p]);
+            r->views[p].size = h->size;
+            r->views[p].on_host = (int)h->on_host;
+        }
+        snprintf(step, sizeof step, "mapping %s", what);
+        ag = dion__comm_agree(c, st, step);
+    }
+    /* the exports' handles (file descriptors) are only needed until the peers have imported */
+    for (int i = 0; i < nb; i++) {
+        const dion__tl_ops_t *o = dion__tl_all[i];
+        for (int p = 0; shared[i] && o->share_release && p < n; p++)
+            o->share_release((char *)shared[i] + (size_t)p * o->share_size);
+        if (exps[i]) o->mem_unexport(exps[i]);
+        free(exps[i]);
+        free(shared[i]);
+    }
+    free(recs);
+    free(me);
+    if (ag != DION_SUCCESS) {
+        dion__tl_region_destroy(r);
+        return ag;
+    }
+    *out = r;
+    return DION_SUCCESS;
+}
+
+const dion__tl_view_t *dion__tl_region_view(const dion__tl_region_t *r, int peer)
+{
+    return &r->views[peer];
+}
+
+void dion__tl_region_destroy(dion__tl_region_t *r)
+{
+    if (!r) return;
+    for (int p = 0; r->imps && p < r->comm->nranks; p++)
+        if (r->imps[p]) {
+            dion__tl_of(r->comm, p)->mem_release(r->imps[p]);
+            free(r->imps[p]);
+        }
+    free(r->imps);
+    free(r->views);
+    free(r);
+}
