@@ -17,6 +17,7 @@
 #include "cuda.h"
 #include "gpu_select.h"
 #include "internal.h"
+#include "transports/transport.h"
 
 #if defined(DION_IBVERBS_INCLUDE_FOUND)
 #include <infiniband/verbs.h>
@@ -709,6 +710,25 @@ static void report_proxy_ofi(void)
     verdict("proxy/ofi", &v, "");
 }
 
+/* The backends this library was built with, in the order dion_dev_create tries them for each peer, and what
+ * each says of this process (the same probe the selection runs). */
+static void report_transport_table(void)
+{
+    const char *forced = dion__cfg_str("DION_TRANSPORT");
+    printf("\nbuilt into this library, in the order tried for each peer%s%s%s:\n",
+           forced && strcmp(forced, "auto") ? " (DION_TRANSPORT=" : "",
+           forced && strcmp(forced, "auto") ? forced : "",
+           forced && strcmp(forced, "auto") ? " forces one)" : "");
+    for (int i = 0; dion__tl_all[i]; i++) {
+        char why[DION__TL_WHY] = "";
+        int usable = dion__tl_all[i]->usable(NULL, why, sizeof why);
+        printf("  %d. %-12s %s%s%s\n", i + 1, dion__tl_all[i]->name,
+               usable ? "usable here" : "not usable here", why[0] ? ": " : "", why);
+    }
+    printf("  The choice for each peer is logged at DION_LOG=info (\"rank A reaches rank B ... through "
+           "...\").\n");
+}
+
 static void usage(FILE *out)
 {
     fprintf(
@@ -743,6 +763,7 @@ int main(int argc, char **argv)
     report_rdma();
     report_fabric();
     section("Backends (per peer: p2p if reachable, else gdaki, else proxy/verbs, else proxy/ofi)");
+    report_transport_table();
     report_p2p();
     report_gdaki();
     report_proxy_verbs();

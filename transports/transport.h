@@ -31,7 +31,8 @@ typedef struct dion__tl_ops {
     size_t imp_size;   /* bytes of the state kept per imported peer region */
     size_t share_size; /* bytes per peer that the side exchange hands to mem_import (0: no exchange) */
 
-    /* Whether this process can use the backend at all (libraries, devices, build). Does not block. */
+    /* Whether this process can use the backend at all (libraries, devices, build). Does not block. comm may
+     * be NULL: dion-info asks before any communicator exists. */
     int (*usable)(dion_comm_t comm, char *why, size_t cap);
     /* Whether this rank can reach peer through the backend. Does not block; why explains a no. */
     int (*reachable)(dion_comm_t comm, int peer, char *why, size_t cap);
