@@ -13,3 +13,6 @@ dion_test(NAME conf_cpu_abort COMMAND $<TARGET_FILE:dionrun> -n 3 --timeout 100 
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1")
 dion_test(NAME conf_cpu_peerfail COMMAND $<TARGET_FILE:conformance_cpu> peerfail 3
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1")
+# The backend choice per peer (transports/transports.c): logged, forced by DION_TRANSPORT, unknown names refused.
+dion_test(NAME conf_cpu_transport_select COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/transport_select.sh $<TARGET_FILE:dionrun>
+          $<TARGET_FILE:conformance_cpu> LABELS "host;cpu" TIMEOUT 200)
