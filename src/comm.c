@@ -231,6 +231,7 @@ dion_status_t dion_comm_destroy(dion_comm_t comm)
             "memory stays mapped until the process exits)",
             comm->live_windows, comm->devs ? "some" : "no");
     dion__win_free_zombies(comm);
+    dion__watchdog_goodbye(comm);
     dion__boot_destroy(comm->boot);
     if (comm->ux_fd >= 0) close(comm->ux_fd);
     free(comm->info);
