@@ -116,7 +116,7 @@ typedef struct {
     dion_status_t status;
     dion_op_t op;
     int32_t peer;
-    uint32_t sig, cmp;
+    uint32_t sig, cmp, detail;
     uint64_t expected, observed, offset, bytes, limit;
 } dion__err_t;
 
@@ -151,6 +151,7 @@ DION_HD void dion__record(const dion_ctx_t *c, dion__err_t e)
     r->thread = dion__block_thread();
     r->sig = e.sig;
     r->cmp = e.cmp;
+    r->detail = e.detail;
     r->expected = e.expected;
     r->observed = e.observed;
     r->offset = e.offset;
@@ -178,11 +179,14 @@ DION_HD int dion__check_enabled(const dion_ctx_t *c)
     return (c->dev.flags & DION_DEVF_CHECK) != 0;
 }
 
+/* A context whose index is out of range (DION_CHECK keeps it so): every call on it records, whichever thread
+ * made the context; the ring keeps the first records and counts the rest as dropped. */
 DION_HD int dion__check_ctx(const dion_ctx_t *c, dion_op_t op, int leader)
 {
     if (c->index < c->dev.num_contexts) return 1;
     if (leader) {
         dion__err_t e = dion__err(DION_ERR_INVALID_ARG, op, -1);
+        e.detail = DION_ERR_DETAIL_CTX;
         e.expected = c->dev.num_contexts;
         e.observed = c->index;
         dion__record(c, e);

@@ -70,8 +70,8 @@ static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
                  r->expected > 1 ? " or the offset is not 8-byte aligned (atomics need it)" : "");
         break;
     default:
-        if (r->op == DION_OP_CTX)
-            snprintf(out, cap, "context index %llu is not below num_contexts=%llu",
+        if (r->op == DION_OP_CTX || r->detail == DION_ERR_DETAIL_CTX)
+            snprintf(out, cap, "context index %llu is not below num_contexts=%llu; nothing was done",
                      (unsigned long long)r->observed, (unsigned long long)r->expected);
         else if (r->limit && r->sig >= r->limit &&
                  (r->op == DION_OP_SIGNAL || r->op == DION_OP_PUT_SIGNAL || r->op == DION_OP_WAIT ||
@@ -537,24 +537,45 @@ dion_status_t dion_dev_check(dion_comm_t c, const dion_dev_t *dev)
     dion_err_record_t first = h->first;
     uint64_t count = h->pending, dropped = h->pending_dropped;
     h->pending = h->pending_dropped = 0;
+    /* The abort words: why the comm was aborted, and by or because of which rank. */
+    uint64_t ctl[2] = {0, 0};
+    uint64_t *words = h->table + h->dev.num_signals + DION_CTL_ABORT;
+    if (h->cpu) {
+        ctl[0] = __atomic_load_n(&words[DION_CTL_ABORT], __ATOMIC_ACQUIRE);
+        ctl[1] = __atomic_load_n(&words[DION_CTL_ABORT_RANK], __ATOMIC_RELAXED);
+    } else if (cudaMemcpyAsync(ctl, words, sizeof ctl, cudaMemcpyDeviceToHost, h->stream) != cudaSuccess ||
+               cudaStreamSynchronize(h->stream) != cudaSuccess) {
+        cudaGetLastError();
+        ctl[0] = 0;
+    }
     pthread_mutex_unlock(&c->devs_lock);
-    if (count == 0 && dropped == 0) {
+    if (count == 0 && dropped == 0 && ctl[0] == 0) {
         dion__error_clear();
         return DION_SUCCESS;
     }
-    char drops[160] = "";
+    char drops[160] = "", abort_text[200] = "";
     if (dropped)
         snprintf(drops, sizeof drops,
                  "; %llu more were dropped because the error ring (%d records) was full: call dion_dev_check "
                  "more often",
                  (unsigned long long)dropped, DION_ERR_RING);
+    if (ctl[0] == DION_ERR_PEER_FAILED)
+        snprintf(abort_text, sizeof abort_text,
+                 "rank %d failed (its bootstrap link closed): device waits, quiets and barriers return "
+                 "DION_ERR_PEER_FAILED",
+                 (int)ctl[1]);
+    else if (ctl[0])
+        snprintf(abort_text, sizeof abort_text,
+                 "rank %d aborted the communicator (%s): device waits, quiets and barriers return it",
+                 (int)ctl[1], dion_status_string((dion_status_t)ctl[0]));
+    if (count == 0 && ctl[0]) return dion__error((dion_status_t)ctl[0], "%s%s", abort_text, drops);
     if (count == 0) return dion__error(DION_ERR_INTERNAL, "no device error record was left to read%s", drops);
-    char text[640];
+    char text[640], more[64] = "";
     dion__describe(&first, text, sizeof text);
     if (count > 1)
-        return dion__error((dion_status_t)first.status, "%s (and %llu more device errors)%s", text,
-                           (unsigned long long)(count - 1), drops);
-    return dion__error((dion_status_t)first.status, "%s%s", text, drops);
+        snprintf(more, sizeof more, " (and %llu more device errors)", (unsigned long long)(count - 1));
+    return dion__error((dion_status_t)first.status, "%s%s%s%s%s", text, more, drops, ctl[0] ? "; " : "",
+                       abort_text);
 }
 
 dion_status_t dion_dev_stats(dion_comm_t c, const dion_dev_t *dev, uint32_t ctx, dion_ctx_stats_t *out)

@@ -124,7 +124,7 @@ typedef struct {
     uint32_t thread;
     uint32_t sig;
     uint32_t cmp;
-    uint32_t pad;
+    uint32_t detail; /* DION_ERR_DETAIL_*: which check failed, where status and op do not tell */
     uint64_t expected;
     uint64_t observed;
     uint64_t offset;
@@ -134,6 +134,9 @@ typedef struct {
 } dion_err_record_t;
 
 #define DION_ERR_RING 64
+
+#define DION_ERR_DETAIL_NONE 0
+#define DION_ERR_DETAIL_CTX  1 /* the context index (observed) is not below num_contexts (expected) */
 
 /* Written by device code, read by the host: lives in host-mapped memory. Each slot has a claim word in the
  * signal table (device memory), so no atomics touch host memory: a writer takes a free slot, the host frees
@@ -153,8 +156,9 @@ struct dion_dev_errors {
 #define DION_CTL_ABORT_RANK  1 /* the rank that failed or aborted */
 #define DION_CTL_ERR_HEAD    2 /* error records numbered so far */
 #define DION_CTL_ERR_DROPPED 3 /* error records dropped because their ring slot was taken */
-#define DION_CTL_ERR_CLAIM   8 /* DION_ERR_RING claim words: 0 free, else 1 + the number of the slot's record \
-                                */
+#define DION_CTL_ERR_CLAIM                                                                                   \
+    8 /* DION_ERR_RING claim words: 0 free, else 1 + the number of the slot's record                         \
+       */
 #define DION_CTL_WORDS (DION_CTL_ERR_CLAIM + DION_ERR_RING) /* then one barrier counter per context */
 
 /* The first peers' entries are also kept inside the handle: kernels receive it by value, so these are read
