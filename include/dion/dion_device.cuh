@@ -6,12 +6,13 @@
  *  put_signal   returns when issued; the target sees the signal change only after this put's data.
  *  signal       release: ordered after every earlier put of the caller to that peer (the _RELAXED ops are
  * not). wait         acquire: data of puts whose signal it observed is visible after it returns. fence
- * earlier operations of the caller reach each peer before later ones. quiet        every earlier operation of
- * the caller is complete: sources reusable, data delivered. barrier      every rank reached it (one thread
- * per context per rank); includes a quiet. The warp and block variants are called by every thread of the warp
- * / block with the same arguments; they share the copy and end with the group synchronized, so that one
- * thread's later signal or quiet covers the whole group's stores. With DION_CHECK=1 every call checks its
- * arguments and writes an error record (dion_dev_check) instead of touching memory. */
+ * earlier puts and atomics of the caller are ordered before its later signals, atomics and barriers (not
+ * before a later plain put that the target polls). quiet        every earlier operation of the caller is
+ * complete: sources reusable, data delivered. barrier      every rank reached it (one thread per context per
+ * rank); includes a quiet. The warp and block variants are called by every thread of the warp / block with
+ * the same arguments; they share the copy and end with the group synchronized, so that one thread's later
+ * signal or quiet covers the whole group's stores. With DION_CHECK=1 every call checks its arguments and
+ * writes an error record (dion_dev_check) instead of touching memory. */
 #ifndef DION_DEVICE_CUH
 #define DION_DEVICE_CUH
 
