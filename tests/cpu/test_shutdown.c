@@ -20,6 +20,7 @@
 #include "dion/dion_device.cuh"
 
 static int failures;
+static const char *my_log; /* in a forked rank: the file its stderr goes to */
 #define FAIL(...)                                                                                            \
     do {                                                                                                     \
         fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                 \
@@ -55,6 +56,7 @@ static void run_ranks(int n, void (*fn)(dion_comm_t, int, int), char logs[][64],
         snprintf(logs[r], 64, "/tmp/dion_shutdown_%d_%d.log", (int)getpid(), r);
         pids[r] = fork();
         if (pids[r] != 0) continue;
+        my_log = logs[r];
         close(fds[1]);
         if (!freopen(logs[r], "w", stderr)) _exit(3);
         setvbuf(stderr, NULL, _IONBF, 0);
@@ -94,6 +96,16 @@ static char *read_log(const char *path)
 
 static int leave_by_kill;
 
+static int log_says(const char *what)
+{
+    FILE *f = fopen(my_log, "r");
+    char line[1024];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, what) != NULL;
+    if (f) fclose(f);
+    return found;
+}
+
 static void leaver(dion_comm_t comm, int r, int n)
 {
     OK(dion_comm_barrier(comm));
@@ -102,7 +114,13 @@ static void leaver(dion_comm_t comm, int r, int n)
         OK(dion_comm_destroy(comm));
         return;
     }
-    sleep_ms(600);
+    /* goodbye: 600 ms, 30 watchdog rounds, in which nothing may be reported; kill: a neighbour waits (at most
+     * 20 s, for loaded machines) until its watchdog has reported the rank */
+    int neighbour = r == n - 2 || r == 0;
+    for (int waited = 0; waited < (leave_by_kill && neighbour ? 20000 : 600); waited += 20) {
+        if (leave_by_kill && log_says("treating rank")) break;
+        sleep_ms(20);
+    }
     OK(dion_comm_destroy(comm));
 }
 
