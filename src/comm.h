@@ -47,7 +47,6 @@ struct dion_comm {
     uint64_t watchdog_interval_ns;
     int failed_rank_seen;     /* a neighbour's bootstrap link broke; -1 while none */
     struct dion__tl_comm *tl; /* the backend of every peer, chosen at the first window or handle */
-    int failed_rank_seen;     /* a neighbour's bootstrap link broke; -1 while none */
     int link_left[2];         /* the neighbour on the prev / next link left through dion_comm_destroy */
 };
 
