@@ -40,7 +40,7 @@ DION_HD void er_body(const er_args_t *a)
         ER_BEFORE_RECORD(a, i);
         dion__err_t e = dion__err(DION_ERR_INVALID_ARG, DION_OP_PUT, (int)tid);
         e.sig = i;
-        e.cmp = a->launch;
+        e.cmp = 100 + a->launch; /* clear of the DION_WCHK_* reasons that the description reads from cmp */
         e.expected = er_mix(((uint64_t)a->launch << 56) ^ ((uint64_t)tid << 24) ^ i);
         e.observed = er_mix(e.expected);
         e.offset = er_mix(e.observed);
@@ -54,7 +54,7 @@ DION_HD void er_body(const er_args_t *a)
 static int er_whole(const dion_err_record_t *r, uint32_t block_size, uint32_t launch, uint32_t per_thread)
 {
     uint64_t x = er_mix(((uint64_t)launch << 56) ^ ((uint64_t)(uint32_t)r->peer << 24) ^ r->sig);
-    return r->status == DION_ERR_INVALID_ARG && r->op == DION_OP_PUT && r->cmp == launch &&
+    return r->status == DION_ERR_INVALID_ARG && r->op == DION_OP_PUT && r->cmp == 100 + (uint32_t)launch &&
            r->sig < per_thread && r->peer >= 0 && r->block == (uint32_t)r->peer / block_size &&
            r->thread == (uint32_t)r->peer % block_size && r->ctx == 0 && r->expected == x &&
            r->observed == er_mix(x) && r->offset == er_mix(r->observed) && r->bytes == er_mix(r->offset) &&
