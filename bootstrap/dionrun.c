@@ -584,8 +584,13 @@ int main(int argc, char **argv)
     int ngpus = count_gpus();
     if (want_hosts) {
         /* Before any thread exists: the namespaces are made by unsharing this process. */
-        char why[1024];
-        if (!(g_hosts = hosts_create((int)nranks, why, sizeof why))) {
+        char why[1024], ip[PATH_MAX];
+        /* A user's PATH often lacks the sbin folders, where distributions put ip. */
+        int have_ip = find_in_path("ip", ip, sizeof ip);
+        for (const char *const *d = (const char *const[]){"/usr/sbin/ip", "/sbin/ip", NULL}; !have_ip && *d;
+             d++)
+            have_ip = access(*d, X_OK) == 0 && snprintf(ip, sizeof ip, "%s", *d) > 0;
+        if (!(g_hosts = hosts_create((int)nranks, have_ip ? ip : NULL, why, sizeof why))) {
             fprintf(stderr, "dionrun: cannot simulate hosts on this machine: %s\n", why);
             return 77; /* the tests' "skipped" */
         }

@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -41,21 +40,6 @@ static void say(char *why, size_t cap, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, cap, fmt, ap);
     va_end(ap);
-}
-
-static int find_ip(char *out, size_t cap)
-{
-    /* PATH first; then where distributions put it, since a user's PATH often lacks the sbin folders. */
-    char list[PATH_MAX * 2];
-    const char *path = getenv("PATH");
-    snprintf(list, sizeof list, "%s:/usr/sbin:/sbin:/usr/bin:/bin", path ? path : "");
-    for (char *save = NULL, *dir = strtok_r(list, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-        struct stat st;
-        int n = snprintf(out, cap, "%s/ip", dir);
-        if (n > 0 && (size_t)n < cap && stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0)
-            return 1;
-    }
-    return 0;
 }
 
 /* Waits up to limit seconds for pid, SIGKILLing it past that. Returns its wait status, or -1. */
@@ -159,14 +143,13 @@ void hosts_destroy(hosts_t *h)
     free(h);
 }
 
-hosts_t *hosts_create(int nranks, char *why, size_t cap)
+hosts_t *hosts_create(int nranks, const char *ip, char *why, size_t cap)
 {
-    char ip[PATH_MAX];
     if (nranks > HOSTS_MAX) {
         say(why, cap, "--hosts supports at most %d ranks (one /24 subnet), not %d", HOSTS_MAX, nranks);
         return NULL;
     }
-    if (!find_ip(ip, sizeof ip)) {
+    if (!ip) {
         say(why, cap,
             "--hosts needs the ip command (iproute2), found neither in PATH nor in /usr/sbin, /sbin");
         return NULL;

@@ -12,11 +12,11 @@
 
 typedef struct hosts hosts_t;
 
-/* Creates the namespaces and links and moves this process into the switch namespace. Returns NULL when
- * this machine cannot do it (not root, no CAP_SYS_ADMIN, no ip command, no veth or bridge support), with a
- * sentence in why. Nothing is named in the root namespace: the kernel removes every namespace and link
- * once dionrun and its ranks are gone, however they end. */
-hosts_t *hosts_create(int nranks, char *why, size_t cap);
+/* Creates the namespaces and links and moves this process into the switch namespace; ip is the path of the
+ * ip command (NULL: not found). Returns NULL when this machine cannot do it (not root, no CAP_SYS_ADMIN, no
+ * ip command, no veth or bridge support), with a sentence in why. Nothing is named in the root namespace: the
+ * kernel removes every namespace and link once dionrun and its ranks are gone, however they end. */
+hosts_t *hosts_create(int nranks, const char *ip, char *why, size_t cap);
 
 /* In the forked child, before exec: joins rank's host (network namespace, own hostname, private /tmp and
  * /dev/shm, own IPC namespace) and asks to be SIGKILLed when dionrun dies. Async-signal-safe. Returns 0, or
