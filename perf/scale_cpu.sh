@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 export DION_CPU_MODE=1 CUDA_VISIBLE_DEVICES=
 # tcache off: mallinfo2 then counts exactly the bytes in use (freed chunks in the tcache look allocated).
 export GLIBC_TUNABLES=glibc.malloc.tcache_count=0
-header="ranks,placement,windows,contexts,init_us,init_heap_B,barrier_us,allgather112_us,allgather1k_us,win_us,win_heap_B,dev_us,dev_heap_B,rss_kB"
+header="ranks,placement,windows,contexts,init_us,init_heap_B,barrier_us,allgather112_us,allgather1k_us,allgather1k_sent_B,win_us,win_heap_B,dev_us,dev_heap_B,rss_kB"
 echo "$header" >"$OUT/scale_raw.csv"
 modes="one-host"
 "$BUILD/dionrun" -n 2 --hosts true 2>/dev/null && modes="one-host hosts"
@@ -30,8 +30,8 @@ python3 - "$OUT" <<'EOF'
 import csv, statistics, sys
 out = sys.argv[1]
 rows = list(csv.DictReader(open(f"{out}/scale_raw.csv")))
-cols = ["init_us", "init_heap_B", "barrier_us", "allgather112_us", "allgather1k_us", "win_us", "win_heap_B",
-        "dev_us", "dev_heap_B", "rss_kB"]
+cols = ["init_us", "init_heap_B", "barrier_us", "allgather112_us", "allgather1k_us", "allgather1k_sent_B",
+        "win_us", "win_heap_B", "dev_us", "dev_heap_B", "rss_kB"]
 groups = {}
 for r in rows:
     groups.setdefault((r["placement"], int(r["ranks"])), []).append(r)

@@ -52,10 +52,27 @@ static long rss_kb(void)
     return kb;
 }
 
+/* Bytes this network namespace has sent (IpExt OutOctets: IP packets with headers, ACKs included). Under
+ * dionrun --hosts that is this rank's traffic alone. */
+static long long out_octets(void)
+{
+    FILE *f = fopen("/proc/net/netstat", "r");
+    char names[4096], values[4096];
+    long long v = -1;
+    while (f && fgets(names, sizeof names, f) && fgets(values, sizeof values, f)) {
+        if (strncmp(names, "IpExt:", 6) != 0) continue;
+        char *sn, *sv, *n = strtok_r(names, " \n", &sn), *x = strtok_r(values, " \n", &sv);
+        for (; n && x; n = strtok_r(NULL, " \n", &sn), x = strtok_r(NULL, " \n", &sv))
+            if (strcmp(n, "OutOctets") == 0) v = atoll(x);
+    }
+    if (f) fclose(f);
+    return v;
+}
+
 /* What each rank reports to rank 0. */
 typedef struct {
     double init_us, barrier_us, ag112_us, ag1k_us, win_us, dev_us;
-    long long init_heap, win_heap, dev_heap;
+    long long init_heap, win_heap, dev_heap, ag1k_out; /* ag1k_out: bytes sent per allgather of 1 KiB */
     long rss_kb;
 } sample_t;
 
@@ -104,7 +121,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < BARRIERS; i++) check(dion_comm_barrier(c), "barrier");
     s.barrier_us = (now_us() - t0) / BARRIERS;
     s.ag112_us = time_allgather(c, sizeof(dion__rank_info_t), n);
+    long long o0 = out_octets();
     s.ag1k_us = time_allgather(c, 1024, n);
+    s.ag1k_out = o0 >= 0 ? (out_octets() - o0) / ALLGATHERS : -1;
 
     dion_win_t *wins = calloc((size_t)nwin, sizeof *wins);
     void *base;
@@ -141,10 +160,10 @@ int main(int argc, char **argv)
             if (all[r].rss_kb > m.rss_kb) m.rss_kb = all[r].rss_kb;
         }
         const sample_t *r1 = n > 1 ? &all[1] : &all[0];
-        printf("%d,%s,%d,%d,%.0f,%lld,%.1f,%.1f,%.1f,%.0f,%lld,%.0f,%lld,%ld\n", n,
+        printf("%d,%s,%d,%d,%.0f,%lld,%.1f,%.1f,%.1f,%lld,%.0f,%lld,%.0f,%lld,%ld\n", n,
                single_host ? "one-host" : "hosts", nwin, nctx, m.init_us, r1->init_heap, all[0].barrier_us,
-               all[0].ag112_us, all[0].ag1k_us, m.win_us, r1->win_heap, single_host ? m.dev_us : -1.0,
-               single_host ? r1->dev_heap : -1LL, m.rss_kb);
+               all[0].ag112_us, all[0].ag1k_us, single_host ? -1LL : r1->ag1k_out, m.win_us, r1->win_heap,
+               single_host ? m.dev_us : -1.0, single_host ? r1->dev_heap : -1LL, m.rss_kb);
         if (getenv("SCALE_PROBE_SIZES"))
             fprintf(stderr,
                     "sizeof: rank_info %zu, win_peer %zu, dev_peer %zu, mem_desc %zu, mem_import %zu, "

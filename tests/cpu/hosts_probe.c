@@ -296,8 +296,10 @@ static int mode_kill(int victim)
 
 int main(int argc, char **argv)
 {
-    const char *r = getenv("DION_RANK");
-    g_rank = r ? atoi(r) : -1;
+    /* Whichever launcher's variables the test set (dionrun's, or Slurm's, Open MPI's, torchrun's). */
+    static const char *const vars[] = {"DION_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0] && g_rank < 0; i++)
+        if (getenv(vars[i])) g_rank = atoi(getenv(vars[i]));
     if (argc == 3 && strcmp(argv[1], "boot") == 0) return mode_boot(argv[2]);
     if (argc == 2 && strcmp(argv[1], "dev") == 0) return mode_dev();
     if (argc == 3 && strcmp(argv[1], "kill") == 0) return mode_kill(atoi(argv[2]));

@@ -105,6 +105,31 @@ boot)
         has "$OUT" "^rank $r of $N on dion-host-$r: " || fail "rank $r did not run on dion-host-$r"
     done
     ;;
+env_slurm | env_ompi | env_torch | env_noroot)
+    # Multi-host env initialization as docs/multihost.md describes it for srun, mpirun and torchrun: no unique
+    # id, the launcher's rank variables, and the root's address from DION_ROOT (or MASTER_ADDR/MASTER_PORT);
+    # rank 0 hosts the root in its own namespace, reached by the others over the network. The port is fixed:
+    # it lives in this run's private namespace, so parallel runs cannot collide.
+    root=10.231.0.1:29555
+    case "$CASE" in
+    env_slurm) vars='SLURM_PROCID=$DION_RANK SLURM_NTASKS=$DION_NRANKS SLURM_NNODES=$DION_NRANKS SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_LOCALID=0 DION_ROOT='$root ;;
+    env_ompi) vars='OMPI_COMM_WORLD_RANK=$DION_RANK OMPI_COMM_WORLD_SIZE=$DION_NRANKS OMPI_COMM_WORLD_LOCAL_SIZE=1 OMPI_COMM_WORLD_LOCAL_RANK=0 PMIX_NAMESPACE=job42 DION_ROOT='$root ;;
+    env_torch) vars='RANK=$DION_RANK WORLD_SIZE=$DION_NRANKS LOCAL_RANK=0 MASTER_ADDR=10.231.0.1 MASTER_PORT=29554' ;;
+    env_noroot) vars='SLURM_PROCID=$DION_RANK SLURM_NTASKS=$DION_NRANKS SLURM_NNODES=$DION_NRANKS SLURM_JOB_ID=4242' ;;
+    esac
+    run -n "$N" --hosts --timeout 100 bash -c \
+        'eval "exec env -u DION_RANK -u DION_NRANKS -u DION_LOCAL_RANK -u DION_UNIQUE_ID '"$vars"' \"\$@\""' _ \
+        "$PROBE" boot "$marker"
+    if [ "$CASE" = env_noroot ]; then
+        [ "$rc" -ne 0 ] || fail "ranks on $N hosts met without a root address"
+        has "$ERR" "needs the root's address: set DION_ROOT=host:port" || fail "no sentence asks for DION_ROOT"
+    else
+        [ "$rc" -eq 0 ] || fail "dionrun exited with $rc"
+        for ((r = 0; r < N; r++)); do
+            has "$OUT" "^rank $r of $N on dion-host-$r: " || fail "rank $r did not run on dion-host-$r"
+        done
+    fi
+    ;;
 dev)
     # Today p2p is the only backend and reaches same-host ranks only: the handle must be refused, each rank
     # logging a sentence that names itself, a peer and that peer's host (the log prefix names its own host).
