@@ -184,6 +184,19 @@ kill)
         grep -qF "rank $victim " "$HOSTS_PROBE_DIR/rank$r.ok" || fail "rank $r's report does not name rank $victim"
     done
     ;;
+timeout)
+    # dionrun's own --timeout with ranks that ignore SIGTERM: it must SIGKILL them after the grace period and
+    # exit 124, leaving no rank (and so no namespace) behind.
+    start_bg -n "$N" --hosts --timeout 2 --grace 1 "$PROBE" kill -1
+    pids=$(cat "$HOSTS_PROBE_DIR"/rank*.pid)
+    wait_bg 30
+    [ "$rc" -eq 124 ] || fail "dionrun exited with $rc, expected 124 (its timeout)"
+    has "$ERR" "timed out after 2 s" || fail "dionrun did not report its timeout"
+    has "$ERR" "sending SIGKILL" || fail "dionrun did not SIGKILL the ranks that ignored SIGTERM"
+    for p in $pids; do
+        kill -0 "$p" 2>/dev/null && grep -q hosts_probe "/proc/$p/cmdline" 2>/dev/null && fail "rank pid $p outlived dionrun"
+    done
+    ;;
 launcher_killed)
     # dionrun itself SIGKILLed (a test timeout, say): its ranks must die with it, and with them every
     # namespace and link (they are anonymous: no process, no namespace).
