@@ -90,6 +90,8 @@ noperm)
     # Without CAP_SYS_ADMIN dionrun must say so and exit 77 (what the tests report as skipped).
     command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
     [ "$(id -u)" -eq 0 ] || skip "needs root to drop CAP_SYS_ADMIN from"
+    setpriv --bounding-set=-sys_admin --inh-caps=-sys_admin true 2>/dev/null ||
+        skip "setpriv cannot drop CAP_SYS_ADMIN here (no CAP_SETPCAP?)"
     setpriv --bounding-set=-sys_admin --inh-caps=-sys_admin "$DIONRUN" -n 2 --hosts true >"$OUT" 2>"$ERR"
     rc=$?
     [ "$rc" -eq 77 ] || fail "dionrun --hosts without CAP_SYS_ADMIN exited $rc, expected 77"
