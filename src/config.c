@@ -145,7 +145,9 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "/tmp/nvidia-mps) when the driver cannot say whether MPS is on, to warn about ranks sharing a GPU "
      "without it.",
      NULL},
-    {"PATH", DION_CFG_STRING, NULL, NULL, "dionrun finds nvidia-cuda-mps-control here.", "dionrun"},
+    {"PATH", DION_CFG_STRING, NULL, NULL,
+     "dionrun finds nvidia-cuda-mps-control here, and for --hosts the ip command (else in /usr/sbin, /sbin).",
+     "dionrun"},
 };
 const int dion__cfg_count = (int)(sizeof dion__cfg_table / sizeof dion__cfg_table[0]);
 
