@@ -28,6 +28,10 @@ dion_status_t dion__root_start(dion__addr_t *bind, const uint8_t secret[DION__SE
 
 /* HELLO payload: secret, rank, nranks, the rank's ring listener address. */
 #define DION__HELLO_LEN 48u
+/* Checks one whole HELLO frame (header and payload) against the job's secret: NULL when acceptable (rank,
+ * nranks and the ring address filled in), else why not. Pure: the root's state is checked by the caller. */
+const char *dion__hello_parse(const uint8_t *frame, const uint8_t secret[DION__SECRET_LEN], uint32_t *rank,
+                              uint32_t *nranks, dion__addr_t *addr);
 /* RING payload: successor's address, successor's rank, nranks. */
 #define DION__RING_LEN 32u
 /* LINK payload: secret, rank of the connecting side. */
@@ -37,6 +41,10 @@ dion_status_t dion__root_start(dion__addr_t *bind, const uint8_t secret[DION__SE
 
 typedef struct dion__boot dion__boot_t;
 dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion__boot_t **out);
+/* A ring member over links that already exist (-1 where absent; the member owns and closes them): what
+ * dion__boot_init builds once linked. Also lets tests drive the collectives over socket pairs. */
+dion_status_t dion__boot_new(int rank, int nranks, const uint8_t secret[DION__SECRET_LEN],
+                             uint64_t timeout_ns, int prev_fd, int next_fd, dion__boot_t **out);
 dion_status_t dion__boot_allgather(dion__boot_t *b, const void *mine, size_t bytes, void *all);
 dion_status_t dion__boot_bcast(dion__boot_t *b, void *buf, size_t bytes, int root);
 dion_status_t dion__boot_barrier(dion__boot_t *b);

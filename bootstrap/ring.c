@@ -147,21 +147,30 @@ static dion_status_t dion__boot_link(dion__boot_t *b, int lfd, const dion__addr_
     return DION_SUCCESS;
 }
 
-dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion__boot_t **out)
+dion_status_t dion__boot_new(int rank, int nranks, const uint8_t secret[DION__SECRET_LEN],
+                             uint64_t timeout_ns, int prev_fd, int next_fd, dion__boot_t **out)
 {
-    char a[DION__ADDR_STRLEN];
     dion__boot_t *b = calloc(1, sizeof *b);
     if (!b) return dion__error(DION_ERR_NO_MEMORY, "out of memory in bootstrap");
     b->rank = rank;
     b->nranks = nranks;
-    b->prev_fd = b->next_fd = -1;
+    b->prev_fd = prev_fd;
+    b->next_fd = next_fd;
     b->reporter = -1;
-    memcpy(b->secret, uid->secret, DION__SECRET_LEN);
-    dion_status_t st = dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &b->timeout_ns);
-    if (st != DION_SUCCESS) {
-        free(b);
-        return st;
-    }
+    memcpy(b->secret, secret, DION__SECRET_LEN);
+    b->timeout_ns = timeout_ns;
+    *out = b;
+    return DION_SUCCESS;
+}
+
+dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion__boot_t **out)
+{
+    char a[DION__ADDR_STRLEN];
+    uint64_t timeout_ns;
+    dion__boot_t *b = NULL;
+    dion_status_t st = dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &timeout_ns);
+    if (st != DION_SUCCESS) return st;
+    if ((st = dion__boot_new(rank, nranks, uid->secret, timeout_ns, -1, -1, &b)) != DION_SUCCESS) return st;
     uint64_t deadline = dion__now_ns() + b->timeout_ns;
     int rfd = -1, lfd = -1;
 

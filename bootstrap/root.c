@@ -139,21 +139,31 @@ static void dion__root_answer(dion__root_t *r, int i)
     r->answered++;
 }
 
+const char *dion__hello_parse(const uint8_t *frame, const uint8_t secret[DION__SECRET_LEN], uint32_t *rank,
+                              uint32_t *nranks, dion__addr_t *addr)
+{
+    uint32_t type, len;
+    if (dion__frame_hdr_decode(frame, &type, &len) != 0) return "malformed frame header";
+    if (type != DION__FRAME_HELLO || len != DION__HELLO_LEN) return "first frame is not a HELLO";
+    const uint8_t *p = frame + DION__FRAME_HDR;
+    if (!dion__secret_equal(p, secret, DION__SECRET_LEN))
+        return "wrong secret (a different job or a stray client)";
+    *rank = dion__get_u32(p + 16);
+    *nranks = dion__get_u32(p + 20);
+    if (*nranks == 0 || *nranks > DION__MAX_RANKS) return "invalid number of ranks";
+    if (*rank >= *nranks) return "rank out of range";
+    if (dion__addr_decode(p + 24, addr) != 0) return "invalid ring address";
+    return NULL;
+}
+
 /* Validates a complete HELLO; returns NULL when accepted, else why not. */
 static const char *dion__root_hello(dion__root_t *r, int ci)
 {
     dion__root_conn_t *c = &r->conns[ci];
-    uint32_t type, len;
-    if (dion__frame_hdr_decode(c->buf, &type, &len) != 0) return "malformed frame header";
-    if (type != DION__FRAME_HELLO || len != DION__HELLO_LEN) return "first frame is not a HELLO";
-    const uint8_t *p = c->buf + DION__FRAME_HDR;
-    if (!dion__secret_equal(p, r->secret, DION__SECRET_LEN))
-        return "wrong secret (a different job or a stray client)";
-    uint32_t rank = dion__get_u32(p + 16), nranks = dion__get_u32(p + 20);
+    uint32_t rank, nranks;
     dion__addr_t addr;
-    if (nranks == 0 || nranks > DION__MAX_RANKS) return "invalid number of ranks";
-    if (rank >= nranks) return "rank out of range";
-    if (dion__addr_decode(p + 24, &addr) != 0) return "invalid ring address";
+    const char *why = dion__hello_parse(c->buf, r->secret, &rank, &nranks, &addr);
+    if (why) return why;
     if (r->nranks == 0) {
         r->ranks = calloc(nranks, sizeof *r->ranks);
         if (!r->ranks) return "out of memory";

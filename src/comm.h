@@ -65,6 +65,9 @@ dion_status_t dion__comm_agree(dion_comm_t comm, dion_status_t mine, const char 
  * and receives theirs. fds_out[r] is -1 for non-local ranks and this rank. tag distinguishes concurrent uses.
  */
 dion_status_t dion__fd_exchange(dion_comm_t comm, uint32_t tag, int my_fd, int *fds_out);
+/* Receives and checks one message on comm->ux_fd, storing its descriptor in fds[sender]; DION_ERR_TIMEOUT
+ * when none is waiting. Part of dion__fd_exchange, declared for tests/fuzz. */
+dion_status_t dion__ux_recv(dion_comm_t comm, uint32_t tag, int *fds);
 
 /* Windows (win.c): fills the handle's window slots from the live windows, oldest first. */
 void dion__win_fill_slots(dion_comm_t comm, struct dion_dev_win_slot *slots, int max);

@@ -75,7 +75,7 @@ static dion_status_t dion__ux_send(dion_comm_t c, int peer, uint32_t tag, int my
 }
 
 /* Receives one descriptor message. DION_ERR_TIMEOUT: nothing there yet. */
-static dion_status_t dion__ux_recv(dion_comm_t c, uint32_t tag, int *fds)
+dion_status_t dion__ux_recv(dion_comm_t c, uint32_t tag, int *fds)
 {
     uint32_t payload[3];
     struct iovec iov = {payload, sizeof payload};
@@ -99,7 +99,18 @@ static dion_status_t dion__ux_recv(dion_comm_t c, uint32_t tag, int *fds)
     memset(&cred, 0, sizeof cred);
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
         if (cm->cmsg_level != SOL_SOCKET) continue;
-        if (cm->cmsg_type == SCM_RIGHTS) memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+        if (cm->cmsg_type == SCM_RIGHTS) {
+            /* Keep the first descriptor and close the rest: a rank sends one, and an extra one would leak. */
+            size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t k = 0; k < count; k++) {
+                int x;
+                memcpy(&x, CMSG_DATA(cm) + k * sizeof(int), sizeof x);
+                if (fd < 0)
+                    fd = x;
+                else
+                    close(x);
+            }
+        }
         if (cm->cmsg_type == SCM_CREDENTIALS) {
             memcpy(&cred, CMSG_DATA(cm), sizeof cred);
             have_cred = 1;
