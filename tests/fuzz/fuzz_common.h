@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <stddef.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -132,3 +132,28 @@ envs = {
 }
 for k, v in envs.items():
     put("env", k, v)
+
+# ---- root: connections (count-1), then per connection: flags (1 header+secret, 2 split, 4 half-close), length, bytes
+def hello_frame(rank, n, a, sec=SECRET):
+    return frame(1, sec + struct.pack("<II", rank, n) + a)
+
+
+def root_input(conns):
+    out = bytes([len(conns) - 1])
+    for flags, b in conns:
+        out += bytes([flags, len(b)]) + b
+    return out
+
+lo = lambda port: addr(4, port, bytes([127, 0, 0, 1]))
+put("root", "job-2", root_input([(0, hello_frame(0, 2, lo(5000))), (0, hello_frame(1, 2, addr(4, 6000, b"\x0a\0\0\2")))]))
+put("root", "job-3-split-any", root_input([(2, hello_frame(i, 3, addr(4, 7000 + i, b""))) for i in (2, 0, 1)]))
+put("root", "job-1", root_input([(4, hello_frame(0, 1, addr(6, 1, bytes(15) + b"\1")))]))
+put("root", "duplicate-rank", root_input([(0, hello_frame(0, 2, lo(1))), (0, hello_frame(0, 2, lo(2))), (0, hello_frame(1, 2, lo(3)))]))
+put("root", "nranks-differ", root_input([(0, hello_frame(0, 2, lo(1))), (0, hello_frame(1, 3, lo(2)))]))
+put("root", "wrong-secret", root_input([(0, hello_frame(0, 1, lo(1), bytes(16)))]))
+put("root", "short-then-close", root_input([(4, hello_frame(0, 2, lo(1))[:30]), (0, hello_frame(1, 2, lo(2)))]))
+put("root", "not-hello", root_input([(0, frame(3, bytes(24))), (0, frame(4, b"x" * 48))]))
+put("root", "garbage", root_input([(4, b"GET / HTTP/1.0\r\n\r\n"), (0, b"")]))
+put("root", "forced-header", root_input([(1, bytes(60)), (3, bytes(40))]))
+put("root", "port0", root_input([(0, hello_frame(0, 1, lo(0)))]))
+put("root", "six", root_input([(2 * (i & 1), hello_frame(i, 6, lo(9000 + i))) for i in range(6)]))
