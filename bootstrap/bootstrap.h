@@ -26,25 +26,43 @@ dion_status_t dion__uid_from_hex(const char *hex, dion_unique_id_t *id);
  * the bootstrap timeout. Connections without the secret are dropped and logged. */
 dion_status_t dion__root_start(dion__addr_t *bind, const uint8_t secret[DION__SECRET_LEN]);
 
-/* HELLO payload: secret, rank, nranks, the rank's ring listener address. */
-#define DION__HELLO_LEN 48u
-/* Checks one whole HELLO frame (header and payload) against the job's secret: NULL when acceptable (rank,
- * nranks and the ring address filled in), else why not. Pure: the root's state is checked by the caller. */
-const char *dion__hello_parse(const uint8_t *frame, const uint8_t secret[DION__SECRET_LEN], uint32_t *rank,
-                              uint32_t *nranks, dion__addr_t *addr);
-/* RING payload: successor's address, successor's rank, nranks. */
-#define DION__RING_LEN 32u
-/* LINK payload: secret, rank of the connecting side. */
-#define DION__LINK_LEN 24u
+/* The handshakes prove knowledge of the secret without sending it: whoever accepts a connection first sends
+ * a CHALLENGE (a fresh 16-byte nonce); the connecting side answers with its own nonce and a tag keyed by the
+ * secret over both nonces and its fields; the accepting side answers with a tag over both nonces too. Each
+ * tag has its own label, so that no answer can be replayed as another step's. */
+#define DION__NONCE_LEN     16u
+#define DION__CHALLENGE_LEN DION__NONCE_LEN
+/* HELLO payload (rank -> root): nonce, rank, nranks, the rank's ring listener address, tag. */
+#define DION__HELLO_LEN 52u
+/* RING payload (root -> rank): successor's address, successor's rank, nranks, tag. */
+#define DION__RING_LEN 36u
+/* LINK payload (rank -> its successor's listener): nonce, rank of the connecting side, tag. */
+#define DION__LINK_LEN 28u
+/* LINK_OK payload (listener -> connecting rank): tag. */
+#define DION__LINK_OK_LEN 8u
+/* REFUSE payload (root -> rank): reason. */
+#define DION__REFUSE_LEN 4u
+enum {
+    DION__REFUSE_PROOF = 1,     /* the HELLO's tag is wrong: another job's secret */
+    DION__REFUSE_DUPLICATE = 2, /* another process already claimed this rank */
+    DION__REFUSE_NRANKS = 3,    /* nranks differs from the first rank's */
+    DION__REFUSE_MALFORMED = 4
+};
 /* ABORT payload: failed rank, status, reporting rank. */
 #define DION__ABORT_LEN 12u
 
+/* A HELLO as the root reads it (pure: bytes in, fields out, for the root and for fuzzing). The tag is checked
+ * separately against the secret. */
+typedef struct {
+    uint8_t nonce[DION__NONCE_LEN];
+    uint32_t rank, nranks;
+    dion__addr_t addr;
+    uint8_t tag[8];
+} dion__hello_t;
+dion_status_t dion__hello_parse(const uint8_t *payload, uint32_t len, dion__hello_t *out);
+
 typedef struct dion__boot dion__boot_t;
 dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion__boot_t **out);
-/* A ring member over links that already exist (-1 where absent; the member owns and closes them): what
- * dion__boot_init builds once linked. Also lets tests drive the collectives over socket pairs. */
-dion_status_t dion__boot_new(int rank, int nranks, const uint8_t secret[DION__SECRET_LEN],
-                             uint64_t timeout_ns, int prev_fd, int next_fd, dion__boot_t **out);
 dion_status_t dion__boot_allgather(dion__boot_t *b, const void *mine, size_t bytes, void *all);
 dion_status_t dion__boot_bcast(dion__boot_t *b, void *buf, size_t bytes, int root);
 dion_status_t dion__boot_barrier(dion__boot_t *b);

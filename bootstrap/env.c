@@ -25,19 +25,15 @@ static const dion__launcher_t dion__launchers[] = {
     {"RANK", "WORLD_SIZE", "torchrun"},
 };
 
-/* 128 bits from a string: two FNV-1a passes with different seeds. Guards against strays, not attackers. */
+/* 128 bits from a string: SipHash-2-4 under two fixed keys. A derivation, not a secret of its own: the result
+ * is as secret as the string (a DION_SECRET, or a launcher's job id, which other users may be able to read).
+ */
 static void dion__hash128(const char *text, uint8_t out[16])
 {
-    uint64_t h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
-    for (int k = 0; k < 2; k++) {
-        for (const char *p = text; *p; p++) {
-            h[k] ^= (uint8_t)*p;
-            h[k] *= 0x100000001b3ull;
-        }
-        h[k] ^= h[k] >> 29;
-    }
-    dion__put_u64(out, h[0]);
-    dion__put_u64(out + 8, h[1]);
+    static const uint8_t k1[16] = "dion-derive-key1", k2[16] = "dion-derive-key2";
+    size_t n = strlen(text);
+    dion__put_u64(out, dion__siphash24(k1, text, n));
+    dion__put_u64(out + 8, dion__siphash24(k2, text, n));
 }
 
 static dion_status_t dion__env_rank(dion__env_job_t *job)
@@ -73,6 +69,8 @@ static const char *dion__env_job_key(char *buf, size_t cap)
         snprintf(buf, cap, "ompi:%s", v);
     else if ((v = dion__cfg_env("OMPI_MCA_ess_base_jobid")))
         snprintf(buf, cap, "ompi:%s", v);
+    else if ((v = dion__cfg_env("OMPI_MCA_orte_hnp_uri")))
+        snprintf(buf, cap, "orte:%s", v);
     else if ((v = dion__cfg_env("SLURM_JOB_ID"))) {
         const char *step = dion__cfg_env("SLURM_STEP_ID");
         snprintf(buf, cap, "slurm:%s.%s", v, step ? step : "0");
@@ -119,13 +117,47 @@ static dion_status_t dion__env_write_rendezvous(const char *path, const dion_uni
     return DION_SUCCESS;
 }
 
+/* The folder for rendezvous files, DION_TMPDIR/dion-UID: created 0700 and believed only while it is a real
+ * folder of this user that nobody else can write. In a shared DION_TMPDIR another user could otherwise
+ * pre-create the file names (stopping jobs from starting) or plant a root address. */
+static dion_status_t dion__env_private_dir(char *out, size_t cap)
+{
+    const char *tmp = dion__cfg_str("DION_TMPDIR");
+    unsigned uid = (unsigned)getuid();
+    if ((size_t)snprintf(out, cap, "%s/dion-%u", tmp, uid) >= cap)
+        return dion__error(DION_ERR_INVALID_ARG, "DION_TMPDIR=%s is too long a path (at most %zu characters)",
+                           tmp, cap - 20);
+    if (mkdir(out, 0700) != 0 && errno != EEXIST)
+        return dion__error(DION_ERR_BOOTSTRAP,
+                           "cannot create the folder %s for the rendezvous file: %s; set DION_TMPDIR to a "
+                           "writable folder or DION_ROOT=host:port",
+                           out, strerror(errno));
+    struct stat sb;
+    if (lstat(out, &sb) != 0)
+        return dion__error(DION_ERR_BOOTSTRAP, "cannot inspect the rendezvous folder %s: %s", out,
+                           strerror(errno));
+    if (!S_ISDIR(sb.st_mode) || sb.st_uid != uid || (sb.st_mode & 077))
+        return dion__error(
+            DION_ERR_BOOTSTRAP,
+            "%s is not a private folder of this user: it is %s owned by uid %u with mode %04o, and DION "
+            "needs a folder owned by uid %u with mode 0700 (another user may have created it to stop DION "
+            "jobs from starting). Remove it, set DION_TMPDIR to a folder only you can write, or set "
+            "DION_ROOT=host:port",
+            out,
+            S_ISDIR(sb.st_mode)   ? "a folder"
+            : S_ISLNK(sb.st_mode) ? "a symbolic link"
+                                  : "a file",
+            (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777), uid);
+    return DION_SUCCESS;
+}
+
 /* Waits for rank 0's rendezvous file, skipping files whose writer is no longer alive. */
 static dion_status_t dion__env_read_rendezvous(const char *path, dion_unique_id_t *id)
 {
     uint64_t timeout;
     dion_status_t st = dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &timeout);
     if (st != DION_SUCCESS) return st;
-    uint64_t deadline = dion__now_ns() + timeout;
+    uint64_t deadline = dion__deadline_after(timeout);
     for (;;) {
         /* Only a file of this user that nobody else can write is believed: the folder may be shared. */
         int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -193,15 +225,25 @@ dion_status_t dion__env_resolve(dion__env_job_t *job)
             return dion__error(st, "DION_ROOT: %s", dion_last_error());
         if (u.root.port == 0)
             return dion__error(DION_ERR_INVALID_ARG, "the root address %s needs a nonzero port", root_text);
+        /* The secret must come from something other jobs do not share: a root address is public. */
         const char *secret = dion__cfg_env("DION_SECRET");
+        if (!secret && !key)
+            return dion__error(
+                DION_ERR_BOOTSTRAP,
+                "dion_comm_init_env with the root address %s has no secret to tell this job's ranks from "
+                "another job's: set DION_SECRET to the same random string on every rank (e.g. the output "
+                "of 'od -An -tx1 -N16 /dev/urandom'), or start the job with dionrun, mpirun, srun or "
+                "torchrun (their job id then separates jobs), or pass DION_UNIQUE_ID",
+                root_text);
         char seed[700];
-        snprintf(seed, sizeof seed, "%s|%s", secret ? secret : (key ? key : "dion-default"), root_text);
+        snprintf(seed, sizeof seed, "%s|%s|%s", secret ? "secret" : "job", secret ? secret : key, root_text);
         dion__hash128(seed, u.secret);
         dion__put_u64((uint8_t *)&u.job, dion__get_u64(u.secret) ^ 0x9e3779b97f4a7c15ull);
-        if (!secret && !key)
+        if (!secret)
             DION_LOG(DION_LOG_INFO,
-                     "no DION_SECRET and no launcher job id: the bootstrap secret is derived from the "
-                     "root address only");
+                     "no DION_SECRET: the bootstrap secret is derived from the launcher's job id (%s), which "
+                     "keeps jobs apart but other users may be able to read it; set DION_SECRET against them",
+                     key);
         if (job->rank == 0) {
             /* Rank 0 hosts the root on every interface at the given port. */
             dion__addr_t bind = u.root;
@@ -224,10 +266,12 @@ dion_status_t dion__env_resolve(dion__env_job_t *job)
             "rendezvous file",
             job->source);
     uint8_t h[16];
+    char dir[400];
     dion__hash128(key, h);
+    if ((st = dion__env_private_dir(dir, sizeof dir)) != DION_SUCCESS) return st;
     unsigned gen = __atomic_fetch_add(&dion__env_generation, 1, __ATOMIC_RELAXED);
-    snprintf(job->rendezvous_path, sizeof job->rendezvous_path, "%s/dion-%u-%016llx-%u.root",
-             dion__cfg_str("DION_TMPDIR"), (unsigned)getuid(), (unsigned long long)dion__get_u64(h), gen);
+    snprintf(job->rendezvous_path, sizeof job->rendezvous_path, "%s/%016llx-%u.root", dir,
+             (unsigned long long)dion__get_u64(h), gen);
     if (job->rank == 0) {
         if ((st = dion__random_bytes(u.secret, sizeof u.secret)) != DION_SUCCESS) return st;
         if ((st = dion__random_bytes(&u.job, sizeof u.job)) != DION_SUCCESS) return st;

@@ -18,12 +18,18 @@
 #include "net.h"
 #include "../src/internal.h"
 
-static int dion__remaining_ms(uint64_t deadline_ns)
+uint64_t dion__deadline_after(uint64_t d_ns)
+{
+    uint64_t now = dion__now_ns();
+    return d_ns > UINT64_MAX - now ? UINT64_MAX : now + d_ns;
+}
+
+int dion__slice_ms(uint64_t deadline_ns)
 {
     uint64_t now = dion__now_ns();
     if (now >= deadline_ns) return 0;
     uint64_t ms = (deadline_ns - now + 999999) / 1000000;
-    return ms > 1000000 ? 1000000 : (int)ms;
+    return ms > DION__POLL_SLICE_MS ? DION__POLL_SLICE_MS : (int)ms;
 }
 
 static void dion__to_sockaddr(const dion__addr_t *a, struct sockaddr_storage *ss, socklen_t *len)
@@ -223,8 +229,8 @@ dion_status_t dion__connect(const dion__addr_t *addr, uint64_t deadline_ns, int 
         int rc = connect(fd, (struct sockaddr *)&ss, len);
         if (rc != 0 && errno == EINPROGRESS) {
             struct pollfd p = {fd, POLLOUT, 0};
-            int wait = dion__remaining_ms(deadline_ns);
-            rc = poll(&p, 1, wait);
+            do rc = poll(&p, 1, dion__slice_ms(deadline_ns));
+            while (rc == 0 && dion__now_ns() < deadline_ns);
             if (rc == 1) {
                 int err = 0;
                 socklen_t el = sizeof err;
@@ -269,7 +275,7 @@ dion_status_t dion__accept(int lfd, uint64_t deadline_ns, int *fd_out, dion__add
         }
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
             return dion__error_set(DION_ERR_BOOTSTRAP, "accept failed: %s", strerror(errno));
-        int wait = dion__remaining_ms(deadline_ns);
+        int wait = dion__slice_ms(deadline_ns);
         if (wait == 0)
             return dion__error_set(DION_ERR_TIMEOUT, "no connection arrived before the bootstrap timeout");
         struct pollfd p = {lfd, POLLIN, 0};
@@ -288,7 +294,7 @@ dion_status_t dion__send_all(int fd, const void *buf, size_t len, uint64_t deadl
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            int wait = dion__remaining_ms(deadline_ns);
+            int wait = dion__slice_ms(deadline_ns);
             if (wait == 0) return dion__error_set(DION_ERR_TIMEOUT, "send timed out");
             struct pollfd pf = {fd, POLLOUT, 0};
             poll(&pf, 1, wait);
@@ -312,7 +318,7 @@ dion_status_t dion__recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns
         }
         if (n == 0) return dion__error_set(DION_ERR_PEER_FAILED, "connection closed by the other side");
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-            int wait = dion__remaining_ms(deadline_ns);
+            int wait = dion__slice_ms(deadline_ns);
             if (wait == 0) return dion__error_set(DION_ERR_TIMEOUT, "receive timed out");
             struct pollfd pf = {fd, POLLIN, 0};
             poll(&pf, 1, wait);
@@ -335,7 +341,7 @@ int dion__frame_hdr_decode(const uint8_t in[DION__FRAME_HDR], uint32_t *type, ui
     if (dion__get_u32(in) != DION__FRAME_MAGIC) return -1;
     *type = dion__get_u32(in + 4);
     *len = dion__get_u32(in + 8);
-    if (*type < DION__FRAME_HELLO || *type > DION__FRAME_ABORT) return -1;
+    if (*type < DION__FRAME_HELLO || *type > DION__FRAME_TYPE_MAX) return -1;
     if (*len > DION__FRAME_MAX) return -1;
     return 0;
 }

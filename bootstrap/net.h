@@ -42,12 +42,16 @@ dion_status_t dion__recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns
 #define DION__FRAME_HDR   12u
 #define DION__FRAME_MAX   (1u << 20) /* largest payload any frame may carry */
 enum {
-    DION__FRAME_HELLO = 1, /* rank -> root */
-    DION__FRAME_RING = 2,  /* root -> rank: the next rank's address */
-    DION__FRAME_LINK = 3,  /* rank -> next rank: who is connecting */
-    DION__FRAME_DATA = 4,  /* collective payload */
-    DION__FRAME_ABORT = 5  /* a rank failed; payload: failed rank and status */
+    DION__FRAME_HELLO = 1,     /* rank -> root */
+    DION__FRAME_RING = 2,      /* root -> rank: the next rank's address */
+    DION__FRAME_LINK = 3,      /* rank -> next rank: who is connecting */
+    DION__FRAME_DATA = 4,      /* collective payload */
+    DION__FRAME_ABORT = 5,     /* a rank failed; payload: failed rank and status */
+    DION__FRAME_CHALLENGE = 6, /* root or ring listener -> connecting rank: a fresh nonce to prove against */
+    DION__FRAME_REFUSE = 7,    /* root -> rank: why it was turned away (unauthenticated: a hint only) */
+    DION__FRAME_LINK_OK = 8    /* ring listener -> connecting rank: the listener's proof */
 };
+#define DION__FRAME_TYPE_MAX DION__FRAME_LINK_OK
 void dion__frame_hdr_encode(uint8_t out[DION__FRAME_HDR], uint32_t type, uint32_t len);
 /* Checks magic and bound; 0 when the header is acceptable. */
 int dion__frame_hdr_decode(const uint8_t in[DION__FRAME_HDR], uint32_t *type, uint32_t *len);
@@ -80,6 +84,21 @@ static inline uint64_t dion__get_u64(const uint8_t *p)
 }
 void dion__addr_encode(uint8_t out[20], const dion__addr_t *a);
 int dion__addr_decode(const uint8_t in[20], dion__addr_t *a);
+
+/* Deadlines: now + d without wrapping, and the wait before one, cut into slices of at most 100 ms so that
+ * every waiting loop checks its abort flag and its deadline again (a huge DION_BOOTSTRAP_TIMEOUT once
+ * overflowed the int that poll takes and made it wait forever). */
+#define DION__POLL_SLICE_MS 100
+uint64_t dion__deadline_after(uint64_t d_ns);
+int dion__slice_ms(uint64_t deadline_ns);
+
+/* SipHash-2-4 (Aumasson and Bernstein): a 64-bit keyed hash under a 128-bit key (auth.c). */
+uint64_t dion__siphash24(const uint8_t key[16], const void *msg, size_t len);
+/* A proof of knowing key: SipHash-2-4 over a label (which keeps the proofs of different handshake steps
+ * apart) and the step's fields, len <= 192. */
+uint64_t dion__auth_tag(const uint8_t key[16], const char *label, const void *fields, size_t len);
+int dion__auth_check(const uint8_t key[16], const char *label, const void *fields, size_t len,
+                     const uint8_t tag[8]);
 
 /* Constant-time comparison of secrets. */
 int dion__secret_equal(const uint8_t *a, const uint8_t *b, size_t n);

@@ -106,6 +106,76 @@ void dion__boot_abort(dion__boot_t *b, int failed_rank, dion_status_t why)
     dion__boot_send_abort(b);
 }
 
+/* The ring handshake: each rank connects to its successor's listener while serving its own listener, in one
+ * poll loop, so that idle or slow strays never hold up the predecessor (each stray has its own deadline, as
+ * at the root). Both sides prove the secret over both nonces: see bootstrap.h. */
+#define DION__LINK_MAX_PENDING 64
+#define DION__LINK_CONN_NS     5000000000ull /* a connection must complete its LINK within this */
+#define DION__LINK_WARN_LIMIT  8
+
+typedef struct {
+    int fd;
+    uint32_t have;
+    uint64_t deadline;
+    dion__addr_t from;
+    uint8_t nonce[DION__NONCE_LEN];
+    uint8_t buf[DION__FRAME_HDR + DION__LINK_LEN];
+} dion__link_conn_t;
+
+typedef struct {
+    dion__boot_t *b;
+    dion__link_conn_t conns[DION__LINK_MAX_PENDING];
+    int nconns;
+    unsigned long dropped;
+} dion__link_t;
+
+static void dion__link_drop(dion__link_t *l, int i, const char *why)
+{
+    char a[DION__ADDR_STRLEN];
+    l->dropped++;
+    DION_LOG(l->dropped <= DION__LINK_WARN_LIMIT ? DION_LOG_WARN : DION_LOG_DEBUG,
+             "rank %d: dropped a connection from %s on the ring listener: %s", l->b->rank,
+             dion__addr_str(&l->conns[i].from, a), why);
+    close(l->conns[i].fd);
+    l->conns[i] = l->conns[--l->nconns];
+}
+
+/* A complete LINK on pending connection i: 1 when it is the predecessor's (answered and kept), else 0. */
+static int dion__link_serve(dion__link_t *l, int i, uint64_t deadline, const char **why)
+{
+    dion__boot_t *b = l->b;
+    dion__link_conn_t *c = &l->conns[i];
+    uint32_t type, len;
+    const uint8_t *p = c->buf + DION__FRAME_HDR;
+    if (dion__frame_hdr_decode(c->buf, &type, &len) != 0 || type != DION__FRAME_LINK ||
+        len != DION__LINK_LEN) {
+        *why = "not a LINK frame";
+        return 0;
+    }
+    uint8_t f[2 * DION__NONCE_LEN + 4];
+    memcpy(f, c->nonce, DION__NONCE_LEN);
+    memcpy(f + DION__NONCE_LEN, p, DION__NONCE_LEN + 4);
+    if (!dion__auth_check(b->secret, "dion link", f, DION__NONCE_LEN + DION__NONCE_LEN + 4, p + 20)) {
+        *why = "wrong proof of the secret";
+        return 0;
+    }
+    if ((int)dion__get_u32(p + 16) != dion__ring_prev(b)) {
+        *why = "a rank of this job that is not this rank's predecessor";
+        return 0;
+    }
+    /* This rank's proof: the connecting side's nonce, ours, and who we are. */
+    memcpy(f, p, DION__NONCE_LEN);
+    memcpy(f + DION__NONCE_LEN, c->nonce, DION__NONCE_LEN);
+    dion__put_u32(f + 2 * DION__NONCE_LEN, (uint32_t)b->rank);
+    uint8_t ok[DION__LINK_OK_LEN];
+    dion__put_u64(ok, dion__auth_tag(b->secret, "dion link ok", f, sizeof f));
+    if (dion__send_frame(c->fd, DION__FRAME_LINK_OK, ok, sizeof ok, deadline) != DION_SUCCESS) {
+        *why = "connection lost while answering";
+        return 0;
+    }
+    return 1;
+}
+
 static dion_status_t dion__boot_link(dion__boot_t *b, int lfd, const dion__addr_t *next, uint64_t deadline)
 {
     char a[DION__ADDR_STRLEN];
@@ -114,64 +184,167 @@ static dion_status_t dion__boot_link(dion__boot_t *b, int lfd, const dion__addr_
     if (st != DION_SUCCESS)
         return dion__error_wrap(st, "rank %d: connecting to rank %d at %s", b->rank, next_rank,
                                 dion__addr_str(next, a));
-    uint8_t p[DION__LINK_LEN] = {0};
-    memcpy(p, b->secret, DION__SECRET_LEN);
-    dion__put_u32(p + 16, (uint32_t)b->rank);
-    st = dion__send_frame(b->next_fd, DION__FRAME_LINK, p, sizeof p, deadline);
-    if (st != DION_SUCCESS)
-        return dion__error_wrap(st, "rank %d: introducing itself to rank %d", b->rank, next_rank);
-    /* Accept until the predecessor shows up; strays without the secret are dropped. */
-    while (b->prev_fd < 0) {
-        int fd;
-        dion__addr_t from;
-        st = dion__accept(lfd, deadline, &fd, &from);
-        if (st != DION_SUCCESS)
-            return dion__error(DION_ERR_BOOTSTRAP,
-                               "rank %d: rank %d never connected to this rank's ring listener within "
-                               "DION_BOOTSTRAP_TIMEOUT; it may have failed to start or to reach this host",
-                               b->rank, prev_rank);
-        uint32_t type, len;
-        uint8_t q[DION__LINK_LEN];
-        uint64_t d = dion__now_ns() + 5000000000ull;
-        st = dion__recv_frame(fd, &type, q, sizeof q, &len, d < deadline ? d : deadline);
-        if (st == DION_SUCCESS && type == DION__FRAME_LINK && len == DION__LINK_LEN &&
-            dion__secret_equal(q, b->secret, DION__SECRET_LEN) && (int)dion__get_u32(q + 16) == prev_rank) {
-            b->prev_fd = fd;
-            break;
+    dion__link_t *l = calloc(1, sizeof *l);
+    if (!l) return dion__error(DION_ERR_NO_MEMORY, "out of memory in bootstrap");
+    l->b = b;
+    /* Outgoing side: 0 reading the successor's CHALLENGE, 1 reading its LINK_OK, 2 done. */
+    int out_state = 0;
+    uint8_t out_buf[DION__FRAME_HDR + DION__CHALLENGE_LEN], my_nonce[DION__NONCE_LEN],
+        their_nonce[DION__NONCE_LEN] = {0};
+    uint32_t out_have = 0;
+    if ((st = dion__random_bytes(my_nonce, sizeof my_nonce)) != DION_SUCCESS) goto out;
+    struct pollfd pf[2 + DION__LINK_MAX_PENDING];
+    while (out_state < 2 || b->prev_fd < 0) {
+        uint64_t now = dion__now_ns();
+        if (now >= deadline) {
+            st =
+                b->prev_fd < 0
+                    ? dion__error(DION_ERR_BOOTSTRAP,
+                                  "rank %d: rank %d never connected to this rank's ring listener within "
+                                  "DION_BOOTSTRAP_TIMEOUT; it may have failed to start or to reach this host",
+                                  b->rank, prev_rank)
+                    : dion__error(DION_ERR_BOOTSTRAP,
+                                  "rank %d: rank %d at %s did not complete the ring handshake within "
+                                  "DION_BOOTSTRAP_TIMEOUT",
+                                  b->rank, next_rank, dion__addr_str(next, a));
+            goto out;
         }
-        DION_LOG(DION_LOG_WARN, "rank %d: dropped a connection from %s on the ring listener: %s", b->rank,
-                 dion__addr_str(&from, a),
-                 st != DION_SUCCESS ? dion_last_error() : "not the expected rank or wrong secret");
-        close(fd);
+        int np = 0, li = -1, oi = -1;
+        if (b->prev_fd < 0 && l->nconns < DION__LINK_MAX_PENDING) {
+            pf[np] = (struct pollfd){lfd, POLLIN, 0};
+            li = np++;
+        }
+        if (out_state < 2) {
+            pf[np] = (struct pollfd){b->next_fd, POLLIN, 0};
+            oi = np++;
+        }
+        int ci0 = np;
+        for (int i = 0; i < l->nconns; i++) pf[np++] = (struct pollfd){l->conns[i].fd, POLLIN, 0};
+        if (poll(pf, (nfds_t)np, dion__slice_ms(deadline)) < 0 && errno != EINTR) {
+            st = dion__error(DION_ERR_INTERNAL, "rank %d: poll failed in the ring handshake: %s", b->rank,
+                             strerror(errno));
+            goto out;
+        }
+        now = dion__now_ns();
+        if (oi >= 0 && pf[oi].revents) {
+            uint32_t want = DION__FRAME_HDR + (out_state == 0 ? DION__CHALLENGE_LEN : DION__LINK_OK_LEN);
+            ssize_t n = recv(b->next_fd, out_buf + out_have, want - out_have, MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                st = dion__error(DION_ERR_BOOTSTRAP,
+                                 "rank %d: rank %d at %s closed the ring connection during the handshake; it "
+                                 "failed, or it is not this job's rank (a different secret)",
+                                 b->rank, next_rank, dion__addr_str(next, a));
+                goto out;
+            }
+            if (n > 0) out_have += (uint32_t)n;
+            if (out_have == want) {
+                uint32_t type, len;
+                int ok = dion__frame_hdr_decode(out_buf, &type, &len) == 0 &&
+                         type == (out_state == 0 ? DION__FRAME_CHALLENGE : DION__FRAME_LINK_OK) &&
+                         len == want - DION__FRAME_HDR;
+                if (ok && out_state == 0) {
+                    uint8_t q[DION__LINK_LEN], f[2 * DION__NONCE_LEN + 4];
+                    memcpy(their_nonce, out_buf + DION__FRAME_HDR, DION__NONCE_LEN);
+                    memcpy(q, my_nonce, DION__NONCE_LEN);
+                    dion__put_u32(q + 16, (uint32_t)b->rank);
+                    memcpy(f, their_nonce, DION__NONCE_LEN);
+                    memcpy(f + DION__NONCE_LEN, q, DION__NONCE_LEN + 4);
+                    dion__put_u64(q + 20, dion__auth_tag(b->secret, "dion link", f, sizeof f));
+                    if ((st = dion__send_frame(b->next_fd, DION__FRAME_LINK, q, sizeof q, deadline)) !=
+                        DION_SUCCESS) {
+                        dion__error_wrap(st, "rank %d: introducing itself to rank %d", b->rank, next_rank);
+                        goto out;
+                    }
+                    out_state = 1;
+                    out_have = 0;
+                } else if (ok) {
+                    uint8_t f[2 * DION__NONCE_LEN + 4];
+                    memcpy(f, my_nonce, DION__NONCE_LEN);
+                    memcpy(f + DION__NONCE_LEN, their_nonce, DION__NONCE_LEN);
+                    dion__put_u32(f + 2 * DION__NONCE_LEN, (uint32_t)next_rank);
+                    ok = dion__auth_check(b->secret, "dion link ok", f, sizeof f, out_buf + DION__FRAME_HDR);
+                    out_state = 2;
+                }
+                if (!ok) {
+                    st = dion__error(DION_ERR_BOOTSTRAP,
+                                     "rank %d: the process at %s (rank %d's ring address) did not prove it "
+                                     "knows the job's secret; it is not this job's rank %d",
+                                     b->rank, dion__addr_str(next, a), next_rank, next_rank);
+                    goto out;
+                }
+            }
+        }
+        /* Pending connections, from the highest index down: dropping swaps in the last one. */
+        for (int i = np - ci0 - 1; i >= 0 && b->prev_fd < 0; i--) {
+            if (i >= l->nconns) continue;
+            dion__link_conn_t *c = &l->conns[i];
+            if (pf[ci0 + i].revents) {
+                ssize_t n = recv(c->fd, c->buf + c->have, sizeof c->buf - c->have, MSG_DONTWAIT);
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                    dion__link_drop(l, i, "closed before completing its LINK");
+                    continue;
+                }
+                if (n > 0) c->have += (uint32_t)n;
+                uint32_t type, len;
+                if (c->have >= DION__FRAME_HDR && (dion__frame_hdr_decode(c->buf, &type, &len) != 0 ||
+                                                   type != DION__FRAME_LINK || len != DION__LINK_LEN)) {
+                    dion__link_drop(l, i, "not a LINK frame");
+                    continue;
+                }
+                if (c->have == sizeof c->buf) {
+                    const char *why = NULL;
+                    if (dion__link_serve(l, i, deadline, &why)) {
+                        b->prev_fd = c->fd;
+                        l->conns[i] = l->conns[--l->nconns];
+                    } else {
+                        dion__link_drop(l, i, why);
+                    }
+                }
+            } else if (now > c->deadline) {
+                dion__link_drop(l, i, "sent no complete LINK in time");
+            }
+        }
+        if (li >= 0 && (pf[li].revents & POLLIN) && b->prev_fd < 0) {
+            while (l->nconns < DION__LINK_MAX_PENDING) {
+                int fd;
+                dion__addr_t from;
+                if (dion__accept(lfd, now, &fd, &from) != DION_SUCCESS) break; /* deadline 'now': no wait */
+                dion__link_conn_t *c = &l->conns[l->nconns];
+                memset(c, 0, sizeof *c);
+                c->fd = fd;
+                c->from = from;
+                c->deadline = now + DION__LINK_CONN_NS;
+                l->nconns++;
+                if (dion__random_bytes(c->nonce, DION__NONCE_LEN) != DION_SUCCESS ||
+                    dion__send_frame(fd, DION__FRAME_CHALLENGE, c->nonce, DION__CHALLENGE_LEN,
+                                     now + 100000000ull) != DION_SUCCESS)
+                    dion__link_drop(l, l->nconns - 1, "could not send the challenge");
+            }
+        }
     }
-    return DION_SUCCESS;
-}
-
-dion_status_t dion__boot_new(int rank, int nranks, const uint8_t secret[DION__SECRET_LEN],
-                             uint64_t timeout_ns, int prev_fd, int next_fd, dion__boot_t **out)
-{
-    dion__boot_t *b = calloc(1, sizeof *b);
-    if (!b) return dion__error(DION_ERR_NO_MEMORY, "out of memory in bootstrap");
-    b->rank = rank;
-    b->nranks = nranks;
-    b->prev_fd = prev_fd;
-    b->next_fd = next_fd;
-    b->reporter = -1;
-    memcpy(b->secret, secret, DION__SECRET_LEN);
-    b->timeout_ns = timeout_ns;
-    *out = b;
-    return DION_SUCCESS;
+    st = DION_SUCCESS;
+out:
+    for (int i = 0; i < l->nconns; i++) close(l->conns[i].fd);
+    free(l);
+    return st;
 }
 
 dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion__boot_t **out)
 {
     char a[DION__ADDR_STRLEN];
-    uint64_t timeout_ns;
-    dion__boot_t *b = NULL;
-    dion_status_t st = dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &timeout_ns);
-    if (st != DION_SUCCESS) return st;
-    if ((st = dion__boot_new(rank, nranks, uid->secret, timeout_ns, -1, -1, &b)) != DION_SUCCESS) return st;
-    uint64_t deadline = dion__now_ns() + b->timeout_ns;
+    dion__boot_t *b = calloc(1, sizeof *b);
+    if (!b) return dion__error(DION_ERR_NO_MEMORY, "out of memory in bootstrap");
+    b->rank = rank;
+    b->nranks = nranks;
+    b->prev_fd = b->next_fd = -1;
+    b->reporter = -1;
+    memcpy(b->secret, uid->secret, DION__SECRET_LEN);
+    dion_status_t st = dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &b->timeout_ns);
+    if (st != DION_SUCCESS) {
+        free(b);
+        return st;
+    }
+    uint64_t deadline = dion__deadline_after(b->timeout_ns);
     int rfd = -1, lfd = -1;
 
     st = dion__connect(&uid->root, deadline, &rfd);
@@ -192,11 +365,26 @@ dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion
         dion__error_wrap(st, "rank %d: ring listener", rank);
         goto fail;
     }
-    uint8_t hello[DION__HELLO_LEN] = {0};
-    memcpy(hello, uid->secret, DION__SECRET_LEN);
+    /* The root speaks first: a fresh challenge to prove the secret against. */
+    uint8_t chal[DION__CHALLENGE_LEN];
+    uint32_t type, len;
+    st = dion__recv_frame(rfd, &type, chal, sizeof chal, &len, deadline);
+    if (st != DION_SUCCESS || type != DION__FRAME_CHALLENGE || len != DION__CHALLENGE_LEN) {
+        st = dion__error(DION_ERR_BOOTSTRAP,
+                         "rank %d: the process at %s did not open the bootstrap handshake as a DION root "
+                         "does (%s); check the root address",
+                         rank, dion__addr_str(&uid->root, a),
+                         st != DION_SUCCESS ? dion_last_error() : "unexpected frame");
+        goto fail;
+    }
+    uint8_t hello[DION__HELLO_LEN] = {0}, f[DION__NONCE_LEN + 44];
+    if ((st = dion__random_bytes(hello, DION__NONCE_LEN)) != DION_SUCCESS) goto fail;
     dion__put_u32(hello + 16, (uint32_t)rank);
     dion__put_u32(hello + 20, (uint32_t)nranks);
     dion__addr_encode(hello + 24, &me);
+    memcpy(f, chal, DION__NONCE_LEN);
+    memcpy(f + DION__NONCE_LEN, hello, 44);
+    dion__put_u64(hello + 44, dion__auth_tag(uid->secret, "dion hello", f, sizeof f));
     if ((st = dion__send_frame(rfd, DION__FRAME_HELLO, hello, sizeof hello, deadline)) != DION_SUCCESS) {
         dion__error_wrap(DION_ERR_BOOTSTRAP, "rank %d: sending HELLO to the root at %s", rank,
                          dion__addr_str(&uid->root, a));
@@ -204,7 +392,6 @@ dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion
         goto fail;
     }
     uint8_t ring[DION__RING_LEN];
-    uint32_t type, len;
     st = dion__recv_frame(rfd, &type, ring, sizeof ring, &len, deadline);
     if (st == DION_ERR_TIMEOUT) {
         st = dion__error(
@@ -212,6 +399,25 @@ dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion
             "rank %d: the bootstrap root at %s did not hear from every one of the %d ranks within "
             "DION_BOOTSTRAP_TIMEOUT; some rank did not start or could not reach it",
             rank, dion__addr_str(&uid->root, a), nranks);
+        goto fail;
+    }
+    if (st == DION_SUCCESS && type == DION__FRAME_REFUSE && len == DION__REFUSE_LEN) {
+        uint32_t why = dion__get_u32(ring);
+        if (why == DION__REFUSE_PROOF)
+            st = dion__error(
+                DION_ERR_BOOTSTRAP,
+                "rank %d: the bootstrap root at %s belongs to another job: it did not accept this rank's "
+                "proof of the secret. The ranks were given different secrets (different unique ids, "
+                "DION_SECRET values or launcher job ids), e.g. two jobs with the same DION_ROOT or "
+                "MASTER_ADDR/MASTER_PORT; give each job its own root port",
+                rank, dion__addr_str(&uid->root, a));
+        else
+            st =
+                dion__error(DION_ERR_BOOTSTRAP, "rank %d: the bootstrap root at %s refused this rank: %s",
+                            rank, dion__addr_str(&uid->root, a),
+                            why == DION__REFUSE_DUPLICATE ? "another process already claimed this rank"
+                            : why == DION__REFUSE_NRANKS ? "the number of ranks differs from the other ranks'"
+                                                         : "its HELLO was malformed");
         goto fail;
     }
     if (st != DION_SUCCESS || type != DION__FRAME_RING || len != DION__RING_LEN) {
@@ -222,6 +428,15 @@ dion_status_t dion__boot_init(const dion__uid_t *uid, int rank, int nranks, dion
             "the number of ranks (%d) differs from the other ranks'",
             rank, dion__addr_str(&uid->root, a), st != DION_SUCCESS ? dion_last_error() : "unexpected answer",
             rank, nranks);
+        goto fail;
+    }
+    memcpy(f, hello, DION__NONCE_LEN);
+    memcpy(f + DION__NONCE_LEN, ring, 28);
+    if (!dion__auth_check(uid->secret, "dion ring", f, DION__NONCE_LEN + 28, ring + 28)) {
+        st = dion__error(DION_ERR_BOOTSTRAP,
+                         "rank %d: the process that answered at %s could not prove it knows the job's "
+                         "secret; it is not this job's bootstrap root",
+                         rank, dion__addr_str(&uid->root, a));
         goto fail;
     }
     close(rfd);
@@ -257,7 +472,7 @@ static dion_status_t dion__ring_xfer(dion__boot_t *b, int do_send, const void *s
                                      void *rbuf, size_t rlen, const char *what)
 {
     if (b->failed) return dion__error(b->failed, "%s", b->failed_msg);
-    uint64_t deadline = dion__now_ns() + b->timeout_ns;
+    uint64_t deadline = dion__deadline_after(b->timeout_ns);
     const char *sp = sbuf;
     char *rp = rbuf;
     /* sender: position in data, current chunk length, bytes of the current (header+chunk) sent */
@@ -296,8 +511,8 @@ static dion_status_t dion__ring_xfer(dion__boot_t *b, int do_send, const void *s
                 b, DION_ERR_TIMEOUT, r_done ? next : prev,
                 "rank %d: %s timed out after DION_BOOTSTRAP_TIMEOUT (%.1f s) waiting for rank %d", b->rank,
                 what, (double)b->timeout_ns / 1e9, r_done ? next : prev);
-        int ms = (int)((deadline - now) / 1000000) + 1;
-        int rc = poll(pf, (nfds_t)np, ms > 100 ? 100 : ms); /* short: an abort request is seen within 0.1 s */
+        /* At most 100 ms: an abort request is seen within 0.1 s, whatever DION_BOOTSTRAP_TIMEOUT is. */
+        int rc = poll(pf, (nfds_t)np, dion__slice_ms(deadline));
         if (rc < 0 && errno != EINTR) return dion__boot_fail(b, DION_ERR_INTERNAL, b->rank, "poll failed");
         if (rc <= 0) continue;
 

@@ -1,5 +1,6 @@
 /* The unique id and the bootstrap root service.
- * The root accepts one HELLO per rank over TCP, checks the secret, and tells each rank the address of its
+ * The root challenges every connection with a fresh nonce, accepts one HELLO per rank whose tag proves the
+ * secret over that nonce, and tells each rank the address of its
  * successor so that the ranks form a ring; it never relays data. It keeps O(nranks) addresses and closes each
  * rank's connection as soon as that rank has its answer. */
 #include <errno.h>
@@ -83,6 +84,7 @@ typedef struct {
     uint32_t have;
     uint64_t deadline;
     dion__addr_t from;
+    uint8_t nonce[DION__NONCE_LEN]; /* the challenge this connection must answer */
     uint8_t buf[DION__FRAME_HDR + DION__HELLO_LEN];
 } dion__root_conn_t;
 
@@ -90,6 +92,7 @@ typedef struct {
     int fd; /* waiting for its answer; -1 once answered */
     uint8_t known, answered;
     dion__addr_t addr;
+    uint8_t nonce[DION__NONCE_LEN]; /* the rank's own: the RING's tag covers it */
 } dion__root_rank_t;
 
 typedef struct {
@@ -105,9 +108,32 @@ typedef struct {
     unsigned long dropped;
 } dion__root_t;
 
-static void dion__root_drop(dion__root_t *r, int i, const char *why)
+dion_status_t dion__hello_parse(const uint8_t *p, uint32_t len, dion__hello_t *h)
+{
+    if (len != DION__HELLO_LEN)
+        return dion__error_set(DION_ERR_BOOTSTRAP, "HELLO of %u bytes; expected %u", len, DION__HELLO_LEN);
+    memcpy(h->nonce, p, DION__NONCE_LEN);
+    h->rank = dion__get_u32(p + 16);
+    h->nranks = dion__get_u32(p + 20);
+    memcpy(h->tag, p + 44, 8);
+    if (h->nranks == 0 || h->nranks > DION__MAX_RANKS)
+        return dion__error_set(DION_ERR_BOOTSTRAP, "HELLO: invalid number of ranks %u", h->nranks);
+    if (h->rank >= h->nranks)
+        return dion__error_set(DION_ERR_BOOTSTRAP, "HELLO: rank %u out of range", h->rank);
+    if (dion__addr_decode(p + 24, &h->addr) != 0)
+        return dion__error_set(DION_ERR_BOOTSTRAP, "HELLO: invalid ring address");
+    return DION_SUCCESS;
+}
+
+/* Drops connection i; refuse != 0 first tells the other side why (best effort, never waits). */
+static void dion__root_drop(dion__root_t *r, int i, const char *why, uint32_t refuse)
 {
     char a[DION__ADDR_STRLEN], b[DION__ADDR_STRLEN];
+    if (refuse) {
+        uint8_t p[DION__REFUSE_LEN];
+        dion__put_u32(p, refuse);
+        (void)dion__send_frame(r->conns[i].fd, DION__FRAME_REFUSE, p, sizeof p, dion__now_ns());
+    }
     r->dropped++;
     if (r->dropped <= DION__ROOT_WARN_LIMIT)
         DION_LOG(DION_LOG_WARN, "bootstrap root %s: dropped a connection from %s: %s%s",
@@ -124,10 +150,14 @@ static void dion__root_answer(dion__root_t *r, int i)
     int n = r->nranks, next = (i + 1) % n;
     dion__root_rank_t *me = &r->ranks[i];
     if (!me->known || me->answered || !r->ranks[next].known) return;
-    uint8_t p[DION__RING_LEN] = {0};
+    uint8_t p[DION__RING_LEN] = {0}, f[DION__NONCE_LEN + 28];
     dion__addr_encode(p, &r->ranks[next].addr);
     dion__put_u32(p + 20, (uint32_t)next);
     dion__put_u32(p + 24, (uint32_t)n);
+    /* The root's proof: the rank's own nonce and the answer, under the secret. */
+    memcpy(f, me->nonce, DION__NONCE_LEN);
+    memcpy(f + DION__NONCE_LEN, p, 28);
+    dion__put_u64(p + 28, dion__auth_tag(r->secret, "dion ring", f, sizeof f));
     dion_status_t st =
         dion__send_frame(me->fd, DION__FRAME_RING, p, sizeof p, dion__now_ns() + 1000000000ull);
     if (st != DION_SUCCESS)
@@ -139,40 +169,39 @@ static void dion__root_answer(dion__root_t *r, int i)
     r->answered++;
 }
 
-const char *dion__hello_parse(const uint8_t *frame, const uint8_t secret[DION__SECRET_LEN], uint32_t *rank,
-                              uint32_t *nranks, dion__addr_t *addr)
-{
-    uint32_t type, len;
-    if (dion__frame_hdr_decode(frame, &type, &len) != 0) return "malformed frame header";
-    if (type != DION__FRAME_HELLO || len != DION__HELLO_LEN) return "first frame is not a HELLO";
-    const uint8_t *p = frame + DION__FRAME_HDR;
-    if (!dion__secret_equal(p, secret, DION__SECRET_LEN))
-        return "wrong secret (a different job or a stray client)";
-    *rank = dion__get_u32(p + 16);
-    *nranks = dion__get_u32(p + 20);
-    if (*nranks == 0 || *nranks > DION__MAX_RANKS) return "invalid number of ranks";
-    if (*rank >= *nranks) return "rank out of range";
-    if (dion__addr_decode(p + 24, addr) != 0) return "invalid ring address";
-    return NULL;
-}
-
-/* Validates a complete HELLO; returns NULL when accepted, else why not. */
-static const char *dion__root_hello(dion__root_t *r, int ci)
+/* Validates a complete HELLO; returns NULL when accepted, else why not (and *refuse, what to tell). */
+static const char *dion__root_hello(dion__root_t *r, int ci, uint32_t *refuse)
 {
     dion__root_conn_t *c = &r->conns[ci];
-    uint32_t rank, nranks;
-    dion__addr_t addr;
-    const char *why = dion__hello_parse(c->buf, r->secret, &rank, &nranks, &addr);
-    if (why) return why;
+    uint32_t type, len;
+    *refuse = DION__REFUSE_MALFORMED;
+    if (dion__frame_hdr_decode(c->buf, &type, &len) != 0) return "malformed frame header";
+    if (type != DION__FRAME_HELLO || len != DION__HELLO_LEN) return "first frame is not a HELLO";
+    const uint8_t *p = c->buf + DION__FRAME_HDR;
+    dion__hello_t h;
+    if (dion__hello_parse(p, len, &h) != DION_SUCCESS) return "malformed HELLO";
+    uint8_t f[DION__NONCE_LEN + 44];
+    memcpy(f, c->nonce, DION__NONCE_LEN);
+    memcpy(f + DION__NONCE_LEN, p, 44);
+    if (!dion__auth_check(r->secret, "dion hello", f, sizeof f, h.tag)) {
+        *refuse = DION__REFUSE_PROOF;
+        return "wrong proof of the secret (a different job or a stray client)";
+    }
+    uint32_t rank = h.rank, nranks = h.nranks;
+    dion__addr_t addr = h.addr;
     if (r->nranks == 0) {
         r->ranks = calloc(nranks, sizeof *r->ranks);
         if (!r->ranks) return "out of memory";
         r->nranks = (int)nranks;
     } else if ((int)nranks != r->nranks) {
+        *refuse = DION__REFUSE_NRANKS;
         return "number of ranks differs from the first rank's";
     }
     dion__root_rank_t *rk = &r->ranks[rank];
-    if (rk->known) return "duplicate rank (two processes claim the same rank)";
+    if (rk->known) {
+        *refuse = DION__REFUSE_DUPLICATE;
+        return "duplicate rank (two processes claim the same rank)";
+    }
     /* A ring address on the wildcard means "where you saw me": use the source address. */
     if (dion__addr_is_any(&addr)) {
         uint16_t port = addr.port;
@@ -181,6 +210,7 @@ static const char *dion__root_hello(dion__root_t *r, int ci)
     }
     rk->known = 1;
     rk->fd = c->fd;
+    memcpy(rk->nonce, h.nonce, DION__NONCE_LEN);
     rk->addr = addr;
     DION_LOG(DION_LOG_DEBUG, "bootstrap root: rank %u of %u arrived", rank, nranks);
     r->conns[ci] = r->conns[--r->nconns]; /* the fd now belongs to the rank */
@@ -197,12 +227,23 @@ static void dion__root_accept(dion__root_t *r, uint64_t now)
         int fd;
         dion__addr_t from;
         if (dion__accept(r->lfd, now, &fd, &from) != DION_SUCCESS) return; /* deadline 'now': no waiting */
-        dion__root_conn_t *c = &r->conns[r->nconns++];
+        dion__root_conn_t *c = &r->conns[r->nconns];
         memset(c, 0, sizeof *c);
+        uint8_t ch[DION__CHALLENGE_LEN];
+        if (dion__random_bytes(c->nonce, DION__NONCE_LEN) != DION_SUCCESS) {
+            close(fd);
+            return;
+        }
+        memcpy(ch, c->nonce, sizeof ch);
+        /* A fresh socket's send buffer is empty: this never waits. */
+        if (dion__send_frame(fd, DION__FRAME_CHALLENGE, ch, sizeof ch, now + 100000000ull) != DION_SUCCESS) {
+            close(fd);
+            continue;
+        }
+        r->nconns++;
         c->fd = fd;
         c->from = from;
-        uint64_t left = now + r->timeout_ns;
-        c->deadline = now + DION__ROOT_HELLO_NS < left ? now + DION__ROOT_HELLO_NS : left;
+        c->deadline = now + DION__ROOT_HELLO_NS;
     }
 }
 
@@ -210,7 +251,7 @@ static void *dion__root_main(void *arg)
 {
     dion__root_t *r = arg;
     char a[DION__ADDR_STRLEN];
-    uint64_t deadline = dion__now_ns() + r->timeout_ns;
+    uint64_t deadline = dion__deadline_after(r->timeout_ns);
     struct pollfd *pfd = malloc(sizeof *pfd * (DION__ROOT_MAX_PENDING + 1));
     if (!pfd) goto out;
     while (r->nranks == 0 || r->answered < r->nranks) {
@@ -245,30 +286,31 @@ static void *dion__root_main(void *arg)
             if (pfd[i + 1].revents) {
                 ssize_t got = recv(c->fd, c->buf + c->have, sizeof c->buf - c->have, MSG_DONTWAIT);
                 if (got == 0) {
-                    dion__root_drop(r, i, "closed before sending a full HELLO");
+                    dion__root_drop(r, i, "closed before sending a full HELLO", 0);
                     continue;
                 }
                 if (got < 0) {
                     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                        dion__root_drop(r, i, "connection error");
+                        dion__root_drop(r, i, "connection error", 0);
                     continue;
                 }
                 c->have += (uint32_t)got;
                 uint32_t type, len;
                 if (c->have >= DION__FRAME_HDR && dion__frame_hdr_decode(c->buf, &type, &len) != 0) {
-                    dion__root_drop(r, i, "malformed frame header (bad magic, type or length)");
+                    dion__root_drop(r, i, "malformed frame header (bad magic, type or length)", 0);
                     continue;
                 }
                 if (c->have >= DION__FRAME_HDR && (type != DION__FRAME_HELLO || len != DION__HELLO_LEN)) {
-                    dion__root_drop(r, i, "first frame is not a HELLO of the expected length");
+                    dion__root_drop(r, i, "first frame is not a HELLO of the expected length", 0);
                     continue;
                 }
                 if (c->have == sizeof c->buf) {
-                    const char *why = dion__root_hello(r, i);
-                    if (why) dion__root_drop(r, i, why);
+                    uint32_t refuse = 0;
+                    const char *why = dion__root_hello(r, i, &refuse);
+                    if (why) dion__root_drop(r, i, why, refuse);
                 }
             } else if (now > c->deadline) {
-                dion__root_drop(r, i, "sent no complete HELLO in time");
+                dion__root_drop(r, i, "sent no complete HELLO in time", 0);
             }
         }
         if (pfd[0].revents & POLLIN) dion__root_accept(r, now);

@@ -204,25 +204,62 @@ DION_HD int dion__check_sig(const dion_ctx_t *c, int peer, uint32_t sig, dion_op
     return 0;
 }
 
-/* [off, off+bytes) must lie inside rank's part of the window; align: required alignment of off (1 or 8). */
+#if !DION__GPU
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* CPU mode: what the process knows about descriptor w without reading it (a GPU window's descriptor is device
+ * memory, which CPU threads cannot read): 0 when w is a live window descriptor CPU threads can read, else a
+ * DION_WCHK_* reason; *id receives the window's id when w is one. */
+DION_API uint32_t dion__cpu_win_state(dion_dwin_t w, uint32_t *id);
+#ifdef __cplusplus
+}
+#endif
+#endif
+
+/* [off, off+bytes) must lie inside rank's part of the window w; align: required alignment (1 or 8) of the
+ * address rank's base + off, which is what the hardware sees (a part registered at base+4 has 8-aligned
+ * offsets at unaligned addresses). Every comparison is free of overflow. */
 DION_HD int dion__check_range(const dion_ctx_t *c, dion_dwin_t w, int rank, uint64_t off, uint64_t bytes,
                               uint64_t align, dion_op_t op, int peer, int leader)
 {
-    int ok = w != NULL && w->magic == DION_WIN_MAGIC && w->nranks == c->dev.nranks && rank >= 0 &&
-             rank < c->dev.nranks;
-    uint64_t size = ok ? dion__win_peer(w, rank)->size : 0;
-    if (ok) ok = bytes <= size && off <= size - bytes && (off & (align - 1)) == 0;
-    /* CPU mode can only touch host windows. */
-    if (ok && (c->dev.flags & DION_DEVF_CPU) && !(w->flags & DION_WIN_HOST)) ok = 0;
-    if (ok && bytes && !dion__win_peer(w, rank)->base) ok = 0;
-    if (ok) return 1;
+    uint32_t why = 0, id = 0;
+    uint64_t size = 0;
+#if DION__GPU
+    if (!w) why = DION_WCHK_NOT_WIN;
+#else
+    why = dion__cpu_win_state(w, &id); /* before any read of w */
+#endif
+    if (!why) {
+        if (w->magic == DION_WIN_DEAD) {
+            why = DION_WCHK_DESTROYED;
+            id = w->id;
+        } else if (w->magic != DION_WIN_MAGIC) {
+            why = DION_WCHK_NOT_WIN;
+        } else if (w->nranks != c->dev.nranks || rank < 0 || rank >= c->dev.nranks) {
+            why = DION_WCHK_OTHER;
+        } else if ((c->dev.flags & DION_DEVF_CPU) && !(w->flags & DION_WIN_HOST)) {
+            why = DION_WCHK_NOT_HOST; /* CPU mode can only touch host windows */
+        } else {
+            const struct dion_win_peer *p = dion__win_peer(w, rank);
+            size = p->size;
+            if (bytes > size || off > size - bytes)
+                why = DION_WCHK_RANGE;
+            else if (bytes && !p->base)
+                why = DION_WCHK_UNMAPPED;
+            else if ((((uint64_t)(uintptr_t)p->base + off) & (align - 1)) != 0)
+                why = DION_WCHK_ALIGN;
+        }
+    }
+    if (!why) return 1;
     if (leader) {
-        int bad_window = w == NULL || w->magic != DION_WIN_MAGIC || w->nranks != c->dev.nranks;
-        dion__err_t e = dion__err(bad_window ? DION_ERR_INVALID_ARG : DION_ERR_REMOTE_ACCESS, op, peer);
+        int access = why == DION_WCHK_RANGE || why == DION_WCHK_ALIGN || why == DION_WCHK_UNMAPPED;
+        dion__err_t e = dion__err(access ? DION_ERR_REMOTE_ACCESS : DION_ERR_INVALID_ARG, op, peer);
+        e.cmp = why;
         e.offset = off;
         e.bytes = bytes;
         e.limit = size;
-        e.expected = align;
+        e.expected = why == DION_WCHK_DESTROYED ? id : align;
         e.observed = (uint64_t)rank;
         dion__record(c, e);
     }

@@ -21,12 +21,26 @@
         }                                                                                                    \
     } while (0)
 
+/* After every <<<...>>>: a launch that fails (too many resources, bad configuration) returns no error by
+ * itself, and a synchronize afterwards can succeed with nothing run. */
+#define BENCH_CHECK_LAUNCH(what)                                                                             \
+    do {                                                                                                     \
+        cudaError_t e_ = cudaGetLastError();                                                                 \
+        if (e_ != cudaSuccess) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: launching %s: %s\n", __FILE__, __LINE__, what,                      \
+                    cudaGetErrorString(e_));                                                                 \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
 typedef struct {
     const char *tests; /* comma-separated: signal,put_signal,put_bw,completion,msgrate,ref */
     int iters, warmup;
     long long bw_bytes;
     const char *csv;
-    const char *label; /* e.g. "1gpu-mps" or "2gpu-nvlink" */
+    const char *label;  /* e.g. "1gpu-mps" or "2gpu-nvlink" */
+    const char *sizes;  /* comma-separated byte counts of the put_signal ping-pong; NULL: all */
+    const char *groups; /* comma-separated thread,warp,block; NULL: all */
 } bench_opts_t;
 
 static inline void bench_parse(int argc, char **argv, bench_opts_t *o)
@@ -37,6 +51,8 @@ static inline void bench_parse(int argc, char **argv, bench_opts_t *o)
     o->bw_bytes = 1ll << 30;
     o->csv = NULL;
     o->label = "";
+    o->sizes = NULL;
+    o->groups = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tests") && i + 1 < argc)
             o->tests = argv[++i];
@@ -50,22 +66,41 @@ static inline void bench_parse(int argc, char **argv, bench_opts_t *o)
             o->csv = argv[++i];
         else if (!strcmp(argv[i], "--label") && i + 1 < argc)
             o->label = argv[++i];
+        else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
+            o->sizes = argv[++i];
+        else if (!strcmp(argv[i], "--groups") && i + 1 < argc)
+            o->groups = argv[++i];
         else {
             fprintf(
                 stderr,
-                "usage: %s [--tests LIST] [--iters N] [--warmup N] [--bw-bytes N] [--csv FILE] [--label L]\n",
+                "usage: %s [--tests LIST] [--iters N] [--warmup N] [--bw-bytes N] [--csv FILE] [--label L]\n"
+                "          [--sizes B,B,...] [--groups thread,warp,block]   (put_signal ping-pong rows)\n",
                 argv[0]);
             exit(2);
         }
     }
 }
 
+/* Whether the comma-separated list names item. */
+static inline int bench_in_list(const char *list, const char *item)
+{
+    size_t n = strlen(item);
+    for (const char *p = list; (p = strstr(p, item)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
+    return 0;
+}
+
 static inline int bench_wants(const bench_opts_t *o, const char *test)
 {
-    size_t n = strlen(test);
-    for (const char *p = o->tests; (p = strstr(p, test)); p += n)
-        if ((p == o->tests || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
-    return 0;
+    return bench_in_list(o->tests, test);
+}
+
+/* Whether --sizes and --groups leave this put_signal ping-pong row in. */
+static inline int bench_wants_row(const bench_opts_t *o, long long bytes, const char *group)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%lld", bytes);
+    return (!o->sizes || bench_in_list(o->sizes, b)) && (!o->groups || bench_in_list(o->groups, group));
 }
 
 /* One row: impl,label,test,group,bytes,metric,value */
@@ -134,6 +169,7 @@ template <class Launch> static std::vector<float> bench_time_ms(int reps, Launch
     for (int rep = 0; rep < reps; rep++) {
         cudaEventRecord(a);
         launch();
+        BENCH_CHECK_LAUNCH("a timed kernel");
         cudaEventRecord(b);
         BENCH_CHECK_CUDA(cudaEventSynchronize(b));
         float t = 0;
@@ -165,9 +201,12 @@ static inline std::vector<bench_pp_case_t> bench_pp_cases(const bench_opts_t *o,
     if (bench_wants(o, "put_signal"))
         for (int s = 0; s < BENCH_PS_NSIZES; s++) {
             long long b = bench_ps_sizes[s];
-            if (b <= 4096) cases.push_back({"put_signal_pingpong", "thread", op_thread, 1, b});
-            cases.push_back({"put_signal_pingpong", "warp", op_warp, 32, b});
-            cases.push_back({"put_signal_pingpong", "block", op_block, 1024, b});
+            if (b <= 4096 && bench_wants_row(o, b, "thread"))
+                cases.push_back({"put_signal_pingpong", "thread", op_thread, 1, b});
+            if (bench_wants_row(o, b, "warp"))
+                cases.push_back({"put_signal_pingpong", "warp", op_warp, 32, b});
+            if (bench_wants_row(o, b, "block"))
+                cases.push_back({"put_signal_pingpong", "block", op_block, 1024, b});
         }
     return cases;
 }

@@ -116,11 +116,13 @@ int main(int argc, char **argv)
     ncclDevComm dc;
     NCCL_OK(ncclDevCommCreate(comm, &reqs, &dc));
     bench_fill<<<prop.multiProcessorCount * 4, 512>>>((char *)buf, bytes / 2, rank);
+    BENCH_CHECK_LAUNCH("bench_fill");
     BENCH_CHECK_CUDA(cudaMemset((char *)buf + SIG_OFF, 0, 8));
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
     BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
     bench_spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
+    BENCH_CHECK_LAUNCH("bench_spin");
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     dion_comm_barrier(dcomm);
     if (rank == 0) printf("# NCCL %d LSA bench: %d ranks, GPU %s\n", NCCL_VERSION_CODE, n, prop.name);
@@ -133,6 +135,7 @@ int main(int argc, char **argv)
         dion_comm_barrier(dcomm);
         if (active) {
             pingpong<<<1, pc.threads>>>(win, dc, (size_t)pc.bytes, pc.op, iters, warmup, base_value, out);
+            BENCH_CHECK_LAUNCH("pingpong");
             BENCH_CHECK_CUDA(cudaDeviceSynchronize());
         }
         base_value += (uint64_t)(iters + warmup);

@@ -126,10 +126,12 @@ int main(int argc, char **argv)
         return 1;
     }
     bench_fill<<<prop.multiProcessorCount * 4, 512>>>(buf, buf_bytes / 2, rank);
+    BENCH_CHECK_LAUNCH("bench_fill");
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
     BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
     bench_spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
+    BENCH_CHECK_LAUNCH("bench_spin");
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     nvshmem_barrier_all();
     if (rank == 0) printf("# NVSHMEM bench: %d PEs, GPU %s, iters %d\n", n, prop.name, o.iters);
@@ -143,6 +145,7 @@ int main(int argc, char **argv)
         nvshmem_barrier_all();
         if (active) {
             pingpong<<<1, pc.threads>>>(buf, sig, (size_t)pc.bytes, pc.op, iters, warmup, base_value, out);
+            BENCH_CHECK_LAUNCH("pingpong");
             BENCH_CHECK_CUDA(cudaDeviceSynchronize());
         }
         base_value += (uint64_t)(iters + warmup);
@@ -183,6 +186,7 @@ int main(int argc, char **argv)
                 nvshmem_barrier_all();
                 if (rank == 0) {
                     completion<<<1, group == 2 ? 1024 : 1>>>(buf, (size_t)b, group, iters, iters / 10, out);
+                    BENCH_CHECK_LAUNCH("completion");
                     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
                     unsigned long long t;
                     BENCH_CHECK_CUDA(cudaMemcpy(&t, out, 8, cudaMemcpyDeviceToHost));

@@ -187,6 +187,7 @@ static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win
         PP_CASE(REF_PS_LIBPUT);
     }
 #undef PP_CASE
+    BENCH_CHECK_LAUNCH("pingpong");
 }
 
 /* Put bandwidth: the blocks split total bytes into chunks, each a dion_put_block; then each block quiets. */
@@ -289,11 +290,13 @@ int main(int argc, char **argv)
     dion_dev_t dev;
     OK(dion_dev_create(comm, &attr, &dev));
     bench_fill<<<prop.multiProcessorCount * 4, 512>>>(base, win_bytes / 2, rank_);
+    BENCH_CHECK_LAUNCH("bench_fill");
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
     BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
     /* clocks up before timing anything */
     bench_spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
+    BENCH_CHECK_LAUNCH("bench_spin");
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     if (rank_ == 0)
         printf("# DION p2p bench: %d ranks, GPU %s (%d SMs), %s, iters %d\n", nranks_, prop.name,
@@ -396,6 +399,7 @@ int main(int argc, char **argv)
                         completion<2><<<1, 1024>>>(dev, dwin, (size_t)b, iters, iters / 10, out);
                     else
                         completion<0><<<1, 1>>>(dev, dwin, (size_t)b, iters, iters / 10, out);
+                    BENCH_CHECK_LAUNCH("completion");
                     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
                     unsigned long long t;
                     BENCH_CHECK_CUDA(cudaMemcpy(&t, out, 8, cudaMemcpyDeviceToHost));

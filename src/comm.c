@@ -5,6 +5,7 @@
 
 #include "comm.h"
 #include "cuda.h"
+#include "gpu_select.h"
 
 dion_status_t dion__comm_check(dion_comm_t comm, const char *fn)
 {
@@ -20,14 +21,15 @@ dion_status_t dion__comm_agree(dion_comm_t c, dion_status_t mine, const char *wh
     char saved[512];
     snprintf(saved, sizeof saved, "%s", dion_last_error());
     dion_status_t st = dion__boot_allgather(c->boot, &me, sizeof me, all);
+    if (st == DION_SUCCESS && mine != DION_SUCCESS) {
+        st = mine; /* this rank's own sentence says more than another rank's name */
+        dion__error_set(st, "%s", saved);
+    }
     for (int r = 0; st == DION_SUCCESS && r < c->nranks; r++)
         if (all[r] != DION_SUCCESS) {
             st = (dion_status_t)all[r];
-            if (r == c->rank)
-                dion__error_set(st, "%s", saved);
-            else
-                dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r,
-                            dion_status_string(st));
+            dion__error(st, "%s failed on rank %d (%s); see that rank's log", what, r,
+                        dion_status_string(st));
         }
     free(all);
     return st;
@@ -48,7 +50,9 @@ static uint64_t dion__host_key(const char *host)
     return h;
 }
 
-/* Selects DION_DEVICE (set by dionrun) and describes this rank's GPU. */
+/* Selects this rank's GPU and describes it. DION_DEVICE (set by dionrun) decides; else, when the application
+ * has not chosen a device itself, local rank modulo the visible GPUs, the local rank coming from the launcher
+ * (mpirun, srun, torchrun): what NCCL and NVSHMEM users are told to do by hand. */
 static dion_status_t dion__comm_gpu(dion_comm_t c, dion__rank_info_t *me)
 {
     me->cuda_device = -1;
@@ -63,7 +67,13 @@ static dion_status_t dion__comm_gpu(dion_comm_t c, dion__rank_info_t *me)
     if (want >= count)
         return dion__error(DION_ERR_INVALID_ARG, "DION_DEVICE=%lld but this process sees %d GPU(s) (0..%d)",
                            want, count, count - 1);
-    if (want >= 0) DION_CUDA_TRY(cudaSetDevice((int)want));
+    const char *var = NULL;
+    int local_rank = dion__gpu_local_rank(&var);
+    int app_chose = want >= 0 ? 0 : dion__cuda_app_chose_device();
+    dion__gpu_choice_t pick = dion__gpu_choose(local_rank, count, app_chose, want);
+    if (pick.device >= 0) DION_CUDA_TRY(cudaSetDevice(pick.device));
+    DION_LOG(DION_LOG_DEBUG, "GPU choice: %s (local rank %d from %s, %d visible)", pick.why, local_rank,
+             var ? var : "no variable", count);
     int dev = 0;
     DION_CUDA_TRY(cudaGetDevice(&dev));
     struct cudaDeviceProp prop;
@@ -127,6 +137,8 @@ dion_status_t dion_comm_init_rank(dion_comm_t *comm, int nranks, const dion_uniq
         if (r < rank) c->local_rank++;
         c->local_size++;
     }
+    if (c->cuda_device >= 0)
+        dion__gpu_warn_sharing(c->info, nranks, rank, dion__gpu_mps_active(c->cuda_device));
     if ((st = dion__watchdog_start(c)) != DION_SUCCESS) goto fail;
     DION_LOG(DION_LOG_INFO, "comm ready: rank %d of %d, %d on this node, GPU %d", rank, nranks, c->local_size,
              c->cuda_device);
@@ -232,7 +244,7 @@ dion_status_t dion_comm_destroy(dion_comm_t comm)
             comm->live_windows, comm->devs ? "some" : "no");
     dion__win_free_zombies(comm);
     dion__boot_destroy(comm->boot);
-    if (comm->ux_fd >= 0) close(comm->ux_fd);
+    dion__fd_close(comm);
     free(comm->info);
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->devs_lock);

@@ -33,13 +33,10 @@ struct dion_comm {
     int cuda_device; /* -1: none */
     uint64_t nonce;  /* rank 0's random draw: tells apart communicators of one job */
     int ux_fd;       /* Unix datagram socket for passing file descriptors to local ranks; -1 until needed */
-    int ux_ready;    /* the first exchange (binding, on every rank) is done */
+    struct dion__fdpass *fdp; /* fdpass.c's state (round, message keys); NULL until the first exchange */
     uint32_t next_win_id;
     int live_windows;
-    struct dion_win *wins; /* live windows in registration order */
-    void *
-        *zombie_tables; /* tables of destroyed windows still named by a handle's slot; freed with the comm */
-    int nzombies;
+    struct dion_win *wins;     /* live windows in registration order */
     int host_windows;          /* windows whose memory on this rank is host memory */
     struct dion__devh *devs;   /* device handles of this comm */
     pthread_mutex_t devs_lock; /* guards devs against the watchdog */
@@ -65,12 +62,25 @@ dion_status_t dion__comm_agree(dion_comm_t comm, dion_status_t mine, const char 
  * and receives theirs. fds_out[r] is -1 for non-local ranks and this rank. tag distinguishes concurrent uses.
  */
 dion_status_t dion__fd_exchange(dion_comm_t comm, uint32_t tag, int my_fd, int *fds_out);
-/* Receives and checks one message on comm->ux_fd, storing its descriptor in fds[sender]; DION_ERR_TIMEOUT
- * when none is waiting. Part of dion__fd_exchange, declared for tests/fuzz. */
-dion_status_t dion__ux_recv(dion_comm_t comm, uint32_t tag, int *fds);
+/* Closes the socket and frees the state (comm destroy). */
+void dion__fd_close(dion_comm_t comm);
+
+/* One fd-passing message, 40 bytes little endian: magic "DFD1", from, to, tag (u32 each), round (u64), nfds
+ * (u32), reserved 0 (u32), then SipHash-2-4 under the sender's key over the first 32 bytes. */
+#define DION__FDMSG_LEN 40u
+typedef struct {
+    uint32_t from, to, tag, nfds;
+    uint64_t round;
+    uint8_t mac[8];
+} dion__fdmsg_t;
+/* Pure: bytes in, fields out (the tag is checked by the caller, who knows the sender's key). */
+dion_status_t dion__fdmsg_parse(const void *buf, size_t len, dion__fdmsg_t *out);
+void dion__fdmsg_encode(const dion__fdmsg_t *m, const uint8_t key[DION__SECRET_LEN],
+                        uint8_t out[DION__FDMSG_LEN]);
 
 /* Windows (win.c): fills the handle's window slots from the live windows, oldest first. */
 void dion__win_fill_slots(dion_comm_t comm, struct dion_dev_win_slot *slots, int max);
+/* Forgets the comm's windows and frees what destroyed ones kept (their handles and descriptors). */
 void dion__win_free_zombies(dion_comm_t comm);
 /* Whether some live device handle names this window table in a slot (dev.c). */
 int dion__dev_slot_uses(dion_comm_t comm, const void *table);

@@ -21,6 +21,15 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "atomic "
      "per operation.",
      NULL},
+    {"DION_TRACE", DION_CFG_STRING, NULL, NULL,
+     "Path of a Chrome-trace JSON file: device operations are recorded per context and each rank writes "
+     "path.rank<N>.json at dion_dev_destroy (%r in the path is replaced by the rank instead). "
+     "dion-trace-merge joins the files. See docs/tracing.md.",
+     NULL},
+    {"DION_TRACE_EVENTS", DION_CFG_INT, "16384", NULL,
+     "With DION_TRACE: events kept per context (64 bytes each, device memory); later events are counted as "
+     "dropped. Range 1 to 16777216.",
+     NULL},
     {"DION_WATCHDOG_INTERVAL", DION_CFG_DURATION, "100ms", NULL,
      "How often the watchdog thread reads the device error ring and reports new records through the logger; "
      "0 disables the thread.",
@@ -39,8 +48,10 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "when a GPU is present. Without a usable GPU CPU mode is chosen anyway.",
      NULL},
     {"DION_DEVICE", DION_CFG_INT, "-1", NULL,
-     "GPU ordinal that comm initialization selects with cudaSetDevice; -1 leaves the current device alone. "
-     "dionrun sets it round-robin.",
+     "GPU ordinal that comm initialization selects with cudaSetDevice; dionrun sets it round-robin. -1 "
+     "(unset): "
+     "the current device when the application chose one, else local rank modulo the visible GPUs (see "
+     "DION_LOCAL_RANK).",
      NULL},
     {"DION_TMPDIR", DION_CFG_STRING, "/tmp", NULL,
      "Folder for the rendezvous file that env initialization uses when no root address is given.", NULL},
@@ -63,36 +74,48 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "take the port of torch's own store.",
      NULL},
     {"DION_SECRET", DION_CFG_STRING, NULL, NULL,
-     "Shared secret for env initialization with DION_ROOT or MASTER_ADDR; connections that do not present it "
-     "are dropped. Unset: derived from the job id, which only guards against strays from other jobs.",
+     "Shared secret for env initialization with DION_ROOT or MASTER_ADDR; ranks prove it to each other "
+     "without sending it. Unset: derived from the launcher's job id, which keeps jobs apart but does not "
+     "stop a hostile local user; with neither, env initialization with a root address fails.",
      NULL},
     {"DION_UNIQUE_ID", DION_CFG_STRING, NULL, NULL,
      "A whole unique id in hex (set by dionrun); with DION_RANK and DION_NRANKS it takes precedence over "
      "DION_ROOT.",
      NULL},
-    {"DION_LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node, set by dionrun; informative.", NULL},
+    {"DION_LOCAL_RANK", DION_CFG_INT, NULL, NULL,
+     "Rank within the node, set by dionrun. Without DION_DEVICE, comm initialization takes GPU (local rank "
+     "modulo visible GPUs) unless the application chose a device first; this variable is looked at first, "
+     "then OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK, MPI_LOCALRANKID.",
+     NULL},
     /* read from launchers */
     {"OMPI_COMM_WORLD_RANK", DION_CFG_INT, NULL, NULL, "Rank under Open MPI's mpirun.", "launcher"},
     {"OMPI_COMM_WORLD_SIZE", DION_CFG_INT, NULL, NULL, "Number of ranks under Open MPI's mpirun.",
      "launcher"},
     {"OMPI_COMM_WORLD_LOCAL_SIZE", DION_CFG_INT, NULL, NULL,
      "Ranks on this node under Open MPI; decides whether a rendezvous file can be used.", "launcher"},
-    {"OMPI_COMM_WORLD_LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under Open MPI.",
-     "launcher"},
+    {"OMPI_COMM_WORLD_LOCAL_RANK", DION_CFG_INT, NULL, NULL,
+     "Rank within the node under Open MPI: picks the GPU.", "launcher"},
     {"PMIX_NAMESPACE", DION_CFG_STRING, NULL, NULL,
      "Job id under Open MPI (PMIx): names the rendezvous file.", "launcher"},
     {"OMPI_MCA_ess_base_jobid", DION_CFG_STRING, NULL, NULL,
      "Job id under Open MPI without PMIx: names the rendezvous file.", "launcher"},
+    {"OMPI_MCA_orte_hnp_uri", DION_CFG_STRING, NULL, NULL,
+     "Job id under older Open MPI (ORTE): names the rendezvous file; seeds the secret without DION_SECRET.",
+     "launcher"},
     {"SLURM_PROCID", DION_CFG_INT, NULL, NULL, "Rank under srun.", "launcher"},
     {"SLURM_NTASKS", DION_CFG_INT, NULL, NULL, "Number of ranks under srun.", "launcher"},
     {"SLURM_NNODES", DION_CFG_INT, NULL, NULL, "Nodes of the Slurm job; more than 1 needs DION_ROOT.",
      "launcher"},
-    {"SLURM_LOCALID", DION_CFG_INT, NULL, NULL, "Rank within the node under srun.", "launcher"},
+    {"SLURM_LOCALID", DION_CFG_INT, NULL, NULL, "Rank within the node under srun: picks the GPU.",
+     "launcher"},
     {"SLURM_JOB_ID", DION_CFG_STRING, NULL, NULL, "Names the rendezvous file under Slurm.", "launcher"},
     {"SLURM_STEP_ID", DION_CFG_STRING, NULL, NULL, "Names the rendezvous file under Slurm.", "launcher"},
     {"RANK", DION_CFG_INT, NULL, NULL, "Rank under torchrun.", "launcher"},
     {"WORLD_SIZE", DION_CFG_INT, NULL, NULL, "Number of ranks under torchrun.", "launcher"},
-    {"LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under torchrun.", "launcher"},
+    {"LOCAL_RANK", DION_CFG_INT, NULL, NULL, "Rank within the node under torchrun: picks the GPU.",
+     "launcher"},
+    {"MPI_LOCALRANKID", DION_CFG_INT, NULL, NULL,
+     "Rank within the node under MPICH's or Intel MPI's Hydra launcher: picks the GPU.", "launcher"},
     {"MASTER_ADDR", DION_CFG_STRING, NULL, NULL, "torchrun's rendezvous host; DION's root runs there.",
      "launcher"},
     {"MASTER_PORT", DION_CFG_INT, NULL, NULL,
@@ -104,9 +127,11 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "dionrun counts the GPUs it hands out from this list when set (else from the driver's list).",
      "dionrun"},
     {"CUDA_MPS_PIPE_DIRECTORY", DION_CFG_STRING, NULL, NULL,
-     "dionrun --mps uses a running MPS daemon found here, else starts its own in a private folder and sets "
-     "this for the ranks.",
-     "dionrun"},
+     "MPS pipe folder. dionrun --mps uses a running MPS daemon found here, else starts its own in a private "
+     "folder and sets this for the ranks. libdion looks for the daemon's control pipe here (else in "
+     "/tmp/nvidia-mps) when the driver cannot say whether MPS is on, to warn about ranks sharing a GPU "
+     "without it.",
+     NULL},
     {"PATH", DION_CFG_STRING, NULL, NULL, "dionrun finds nvidia-cuda-mps-control here.", "dionrun"},
 };
 const int dion__cfg_count = (int)(sizeof dion__cfg_table / sizeof dion__cfg_table[0]);

@@ -9,6 +9,10 @@ static int dion__cuda_count;
 static char dion__cuda_reason[256];
 static dion__cu_t dion__cu_table;
 static int dion__cu_ok;
+/* For telling whether the application chose a device (dion__cuda_app_chose_device). */
+static CUresult (*dion__cu_ctx_get_current)(CUcontext *);
+static CUresult (*dion__cu_device_get)(CUdevice *, int);
+static CUresult (*dion__cu_primary_state)(CUdevice, unsigned int *, int *);
 
 static void *dion__cu_sym(const char *name)
 {
@@ -51,6 +55,9 @@ static void dion__cuda_setup(void)
     DION__SYM(MemGetAllocationPropertiesFromHandle);
     DION__SYM(PointerGetAttribute);
 #undef DION__SYM
+    dion__cu_ctx_get_current = dion__cu_sym("cuCtxGetCurrent");
+    dion__cu_device_get = dion__cu_sym("cuDeviceGet");
+    dion__cu_primary_state = dion__cu_sym("cuDevicePrimaryCtxGetState");
     dion__cu_ok = dion__cu_table.MemRetainAllocationHandle && dion__cu_table.MemGetAddressRange &&
                   dion__cu_table.MemExportToShareableHandle && dion__cu_table.MemImportFromShareableHandle &&
                   dion__cu_table.MemAddressReserve && dion__cu_table.MemMap && dion__cu_table.MemSetAccess &&
@@ -81,6 +88,30 @@ const dion__cu_t *dion__cu(void)
         return NULL;
     }
     return &dion__cu_table;
+}
+
+int dion__cuda_app_chose_device(void)
+{
+    if (dion__cuda_device_count() == 0) return 0;
+    if (!dion__cu_ctx_get_current || !dion__cu_device_get || !dion__cu_primary_state) return -1;
+    /* A context current on this thread (cudaSetDevice since CUDA 12, cuCtxSetCurrent, any runtime call
+     * that did work on a device) is the application's choice. */
+    CUcontext ctx = NULL;
+    if (dion__cu_ctx_get_current(&ctx) != CUDA_SUCCESS) return -1;
+    if (ctx) return 1;
+    /* Else the current device's primary context: active once anything (another thread, a library) used it. */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    CUdevice d;
+    unsigned int flags = 0;
+    int active = 0;
+    if (dion__cu_device_get(&d, dev) != CUDA_SUCCESS ||
+        dion__cu_primary_state(d, &flags, &active) != CUDA_SUCCESS)
+        return -1;
+    return active != 0;
 }
 
 dion_status_t dion__cuda_check(cudaError_t e, const char *what)

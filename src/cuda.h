@@ -37,6 +37,11 @@ typedef struct {
 /* The driver table, or NULL (with a sentence set) when the driver API cannot be reached. */
 const dion__cu_t *dion__cu(void);
 
+/* 1 when the application has made a device current before DION looked (a CUDA context current on this
+ * thread, or the current device's primary context active), 0 when not, -1 when the driver cannot tell.
+ * Creates no context. */
+int dion__cuda_app_chose_device(void);
+
 /* Zeroes device memory and waits for it, on a stream of its own: the memory is in use by peers the moment the
  * call returns, and the legacy stream would also wait for the user's kernels. */
 dion_status_t dion__cuda_zero(void *p, size_t n);

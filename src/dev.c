@@ -6,6 +6,7 @@
 
 #include "comm.h"
 #include "cuda.h"
+#include "trace.h"
 #include "transports/p2p/p2p.h"
 
 struct dion__devh {
@@ -20,7 +21,8 @@ struct dion__devh {
     uint64_t **tables; /* [nranks] every table as mapped here (NULL when unreachable) */
     struct dion_dev_errors *errors_host;
     uint64_t check_cursor, watch_cursor;
-    cudaStream_t stream; /* non-blocking: host reads and abort writes never wait for user kernels */
+    cudaStream_t stream;       /* non-blocking: host reads and abort writes never wait for user kernels */
+    struct dion__trace *trace; /* DION_TRACE (trace.c); NULL when off */
 };
 
 static const char *dion__op_name(uint32_t op)
@@ -37,6 +39,63 @@ static const char *dion__cmp_name(uint32_t cmp)
     return cmp < 6 ? names[cmp] : "?";
 }
 
+/* A window argument that DION_CHECK rejected (cmp holds a DION_WCHK_* reason); 0 when r is not one. */
+static int dion__describe_window(const dion_err_record_t *r, char *out, size_t cap)
+{
+    if (r->op != DION_OP_PUT && r->op != DION_OP_PUT_SIGNAL && r->op != DION_OP_GET &&
+        r->op != DION_OP_FETCH_ADD && r->op != DION_OP_COMPARE_SWAP)
+        return 0;
+    unsigned long long off = r->offset, bytes = r->bytes, rank = r->observed, limit = r->limit;
+    switch (r->cmp) {
+    case DION_WCHK_RANGE:
+        snprintf(
+            out, cap,
+            "peer %d: offset %llu + %llu bytes lies outside rank %llu's part of the window (%llu bytes); "
+            "nothing was touched",
+            r->peer, off, bytes, rank, limit);
+        return 1;
+    case DION_WCHK_ALIGN:
+        snprintf(
+            out, cap,
+            "peer %d: offset %llu of rank %llu's part is not at an 8-byte aligned address (that part was "
+            "registered at an address that is not 8-byte aligned, or the offset is not); atomics need "
+            "8-byte aligned addresses; nothing was touched",
+            r->peer, off, rank);
+        return 1;
+    case DION_WCHK_NOT_WIN:
+        snprintf(out, cap,
+                 "peer %d: the window argument is NULL or not a window descriptor of this process (pass "
+                 "dion_win_device() of a live window); nothing was touched",
+                 r->peer);
+        return 1;
+    case DION_WCHK_DESTROYED:
+        snprintf(
+            out, cap,
+            "peer %d: window %llu was destroyed (dion_win_destroy) before this call used it; nothing was "
+            "touched",
+            r->peer, (unsigned long long)r->expected);
+        return 1;
+    case DION_WCHK_OTHER:
+        snprintf(out, cap,
+                 "peer %d: the window belongs to a communicator of another size, or rank %llu is not in it; "
+                 "nothing was touched",
+                 r->peer, rank);
+        return 1;
+    case DION_WCHK_NOT_HOST:
+        snprintf(
+            out, cap,
+            "peer %d: the window is GPU memory and this handle runs in CPU mode, where only host windows "
+            "(dion_win_alloc with on_host=1) can be used; nothing was touched",
+            r->peer);
+        return 1;
+    case DION_WCHK_UNMAPPED:
+        snprintf(out, cap, "peer %d: rank %llu's part of the window is not mapped here; nothing was touched",
+                 r->peer, rank);
+        return 1;
+    }
+    return 0;
+}
+
 /* One sentence for a device error record. */
 static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
 {
@@ -44,6 +103,7 @@ static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
                      r->ctx, dion__op_name(r->op));
     if (n < 0 || (size_t)n >= cap) return;
     out += n, cap -= (size_t)n;
+    if (dion__describe_window(r, out, cap)) return;
     switch (r->status) {
     case DION_ERR_TIMEOUT:
         snprintf(
@@ -190,6 +250,7 @@ static void dion__devh_free(struct dion__devh *h)
         if (h->dev.stats) cudaFree(h->dev.stats);
         if (h->stream) cudaStreamDestroy(h->stream);
     }
+    dion__trace_free(h->trace);
     free(h->imports);
     free(h->tables);
     free(h);
@@ -240,6 +301,55 @@ static dion_status_t dion__dev_options(const dion_dev_attr_t *attr, dion_dev_att
     return DION_SUCCESS;
 }
 
+/* What every rank's handle must agree on. Not here, by design: wait_timeout_ns (a wait's timeout only governs
+ * the waiting rank) and DION_STATS (each rank counts its own operations). */
+enum {
+    DION__ARG_SIGNALS,  /* the control words and barrier counters sit after the signals, and peers address */
+    DION__ARG_CONTEXTS, /* them by their own layout */
+    DION__ARG_CPU,      /* CPU mode, everywhere or nowhere */
+    DION__ARG_CHECK,    /* DION_CHECK protects a rank only when every rank checks what it sends */
+    DION__NARGS
+};
+typedef struct {
+    uint32_t v[DION__NARGS];
+} dion__dev_args_t;
+
+/* Every rank sees the same table, so every rank rejects with the same sentence: the first argument that
+ * differs, rank 0's value and the first rank whose value differs from it. */
+static dion_status_t dion__dev_args_agree(dion_comm_t c, const dion__dev_args_t *all)
+{
+    static const char *names[DION__NARGS] = {"num_signals", "num_contexts",
+                                             "CPU mode (DION_CPU_MODE or DION_DEV_FLAG_CPU)", "DION_CHECK"};
+    for (int f = 0; f < DION__NARGS; f++) {
+        int first = -1, others = 0;
+        uint32_t v0 = all[0].v[f];
+        for (int r = 1; r < c->nranks; r++)
+            if (all[r].v[f] != v0) {
+                if (first < 0)
+                    first = r;
+                else
+                    others++;
+            }
+        if (first < 0) continue;
+        uint32_t v = all[first].v[f];
+        char more[64] = "";
+        if (others)
+            snprintf(more, sizeof more, " (and %d more rank%s)", others,
+                     others > 1 ? "s differ" : " differs");
+        if (f == DION__ARG_SIGNALS || f == DION__ARG_CONTEXTS)
+            return dion__error(
+                DION_ERR_INVALID_ARG,
+                "dion_dev_create: %s differs across ranks: rank 0 asked %u, rank %d asked %u%s; "
+                "pass the same dion_dev_attr_t on every rank (0 means the default)",
+                names[f], v0, first, v, more);
+        return dion__error(DION_ERR_INVALID_ARG,
+                           "dion_dev_create: %s differs across ranks: rank 0 has it %s, rank %d %s%s; set it "
+                           "the same on every rank",
+                           names[f], v0 ? "on" : "off", first, v ? "on" : "off", more);
+    }
+    return DION_SUCCESS;
+}
+
 dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_dev_t *dev)
 {
     dion_status_t st = dion__comm_check(c, "dion_dev_create");
@@ -255,9 +365,9 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     dion__mem_desc_t *descs = calloc((size_t)n, sizeof *descs);
     int(*fds)[DION__VMM_MAX_CHUNKS] = calloc((size_t)n, sizeof *fds);
     struct dion_dev_peer *peers = calloc((size_t)n, sizeof *peers);
-    int32_t *modes = calloc((size_t)n, sizeof *modes);
+    dion__dev_args_t *args = calloc((size_t)n, sizeof *args);
     dion__mem_export_t exp = {.nfds = 0};
-    if (st == DION_SUCCESS && (!h || !descs || !fds || !peers || !modes))
+    if (st == DION_SUCCESS && (!h || !descs || !fds || !peers || !args))
         st = dion__error(DION_ERR_NO_MEMORY, "out of memory creating a device handle");
     for (int r = 0; fds && r < n; r++)
         for (int k = 0; k < DION__VMM_MAX_CHUNKS; k++) fds[r][k] = -1;
@@ -270,17 +380,12 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     }
     pthread_mutex_lock(&c->lock);
 
-    /* Every rank must run the device API the same way. */
+    /* Every rank must run the device API the same way and lay its signal table out the same way. */
     dion_status_t ag = dion__comm_agree(c, st, "reading the device handle options");
-    int32_t mymode = cpu;
-    if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &mymode, sizeof mymode, modes);
-    for (int r = 0; ag == DION_SUCCESS && r < n; r++)
-        if (modes[r] != mymode)
-            ag = dion__error(
-                DION_ERR_INVALID_ARG,
-                "rank %d runs in %s mode but rank %d in %s mode; set DION_CPU_MODE (or the CPU flag) the "
-                "same on every rank",
-                c->rank, cpu ? "CPU" : "GPU", r, modes[r] ? "CPU" : "GPU");
+    dion__dev_args_t mine = {
+        {a.num_signals, a.num_contexts, (uint32_t)cpu, (flags & DION_DEVF_CHECK) ? 1u : 0u}};
+    if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &mine, sizeof mine, args);
+    if (ag == DION_SUCCESS) ag = dion__dev_args_agree(c, args);
 
     /* This rank's signal table: user signals, control words, one barrier counter per context. */
     if (ag == DION_SUCCESS) {
@@ -367,6 +472,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             st = dion__dev_alloc(h, sizeof(uint64_t) * a.num_contexts, 1, (void **)&h->dev.ctx_state);
         if (st == DION_SUCCESS && (flags & DION_DEVF_STATS))
             st = dion__dev_alloc(h, sizeof(dion_ctx_stats_t) * a.num_contexts, 1, (void **)&h->dev.stats);
+        if (st == DION_SUCCESS) st = dion__trace_create(c, cpu, a.num_contexts, &h->trace);
         ag = dion__comm_agree(c, st, "creating the device handle");
     }
     /* Nobody signals a table before its owner has finished. */
@@ -380,7 +486,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     free(descs);
     free(fds);
     free(peers);
-    free(modes);
+    free(args);
     if (ag != DION_SUCCESS) {
         if (h) dion__devh_free(h);
         return ag;
@@ -393,6 +499,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     h->dev.flags = flags;
     h->dev.signals = h->table;
     h->dev.host = h;
+    dion__trace_attach(h->trace, &h->dev);
     for (int r = 0; r < n && r < DION_DEV_INLINE_PEERS; r++) h->dev.peer_inline[r] = h->peers_copy[r];
     pthread_mutex_lock(&c->lock);
     dion__win_fill_slots(c, h->dev.win_slot, DION_DEV_WIN_SLOTS);
@@ -448,6 +555,7 @@ dion_status_t dion_dev_destroy(dion_comm_t c, dion_dev_t *dev)
     while (*pp != h) pp = &(*pp)->next;
     *pp = h->next;
     pthread_mutex_unlock(&c->devs_lock);
+    dion__trace_finish(c, &h->trace);
     dion__devh_free(h);
     memset(dev, 0, sizeof *dev);
     return st;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cuda.h"
+#include "gpu_select.h"
 #include "internal.h"
 
 #if defined(DION_IBVERBS_INCLUDE_FOUND)
@@ -236,6 +237,40 @@ static void report_mps(void)
         dir ? "CUDA_MPS_PIPE_DIRECTORY=" : "", dir ? dir : "", dir ? " has no control pipe, " : "");
 }
 
+/* The GPU each local rank would take when the launcher is not dionrun (comm.c, gpu_select.c). */
+static void report_gpu_choice(void)
+{
+    const char *var = NULL;
+    int lr = dion__gpu_local_rank(&var);
+    long long want = -1;
+    if (dion__cfg_env("DION_DEVICE") && dion__cfg_int("DION_DEVICE", -1, 1 << 20, &want) != DION_SUCCESS)
+        want = -1;
+    printf("  GPU choice when the launcher is not dionrun (dionrun sets DION_DEVICE for each rank):\n");
+    if (g.ngpu == 0) {
+        printf("    no GPU visible: ranks run in CPU mode\n");
+        return;
+    }
+    int shown = g.ngpu * 2 > 8 ? g.ngpu * 2 : 8;
+    printf(
+        "    local rank -> GPU (local rank modulo %d visible, unless the application chose a device first):\n"
+        "     ",
+        g.ngpu);
+    for (int r = 0; r < shown; r++)
+        printf("%s %d->%d", r ? "," : "", r, dion__gpu_choose(r, g.ngpu, 0, -1).device);
+    printf(", ...\n");
+    dion__gpu_choice_t mine = dion__gpu_choose(lr, g.ngpu, 0, want);
+    if (want >= 0)
+        printf("    this process: DION_DEVICE=%lld -> GPU %lld\n", want, want);
+    else if (lr >= 0)
+        printf("    this process: local rank %d (%s) -> GPU %d\n", lr, var, mine.device);
+    else
+        printf("    this process: no launcher variable gives a local rank (DION_LOCAL_RANK, "
+               "OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK, MPI_LOCALRANKID): keeps the current "
+               "device\n");
+    printf(
+        "    more local ranks than GPUs share them: that needs MPS (dionrun --mps); without it DION warns\n");
+}
+
 static void report_cuda(void)
 {
     section("CUDA");
@@ -254,6 +289,7 @@ static void report_cuda(void)
         missing("install the NVIDIA driver on a machine with a GPU; without one DION runs in CPU mode",
                 "a usable GPU: %s", dion__cuda_unavailable_reason());
         report_mps();
+        report_gpu_choice();
         return;
     }
     ok("%d GPU%s visible", g.ngpu, g.ngpu > 1 ? "s" : "");
@@ -307,6 +343,7 @@ static void report_cuda(void)
         }
     }
     report_mps();
+    report_gpu_choice();
 }
 
 /* ---- RDMA ---- */

@@ -1,12 +1,18 @@
 /* Windows: memory every rank registers collectively, addressed as (window, rank, offset). Each rank maps the
  * parts of its node's ranks (p2p) and publishes a device-side table of their bases and sizes. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "comm.h"
 #include "cuda.h"
+#include "dion/device/common.cuh"
 #include "transports/p2p/p2p.h"
+
+/* Largest window part: far above any memory a machine has, and small enough that no base + offset + bytes
+ * computed from it can wrap around. */
+#define DION__WIN_MAX_BYTES ((size_t)1 << 56)
 
 struct dion_win {
     struct dion_win *next; /* the comm's list, registration order */
@@ -23,6 +29,129 @@ struct dion_win {
     uint32_t flags;                     /* the table's flags */
     char *bases[DION_DEV_INLINE_PEERS]; /* the first ranks' mapped bases, for device handles' slots */
 };
+
+/* Every window this process made, live or destroyed. Host handles are looked up here before they are read,
+ * so that a destroyed one is reported, not used; CPU-mode checks ask here about a descriptor before they read
+ * it (a GPU window's descriptor is device memory). A destroyed window keeps its handle and its descriptor
+ * (marked DION_WIN_DEAD) until its comm is destroyed: were either freed, a later window could receive the
+ * same address and a stale handle would silently name it. */
+typedef struct {
+    struct dion_win *win;
+    dion_comm_t comm;
+    const void *table;
+    int table_kind;
+    int live;
+    uint32_t id;
+} dion__win_entry_t;
+
+static dion__win_entry_t *dion__wins;
+static size_t dion__nwins, dion__wins_cap;
+/* Open-addressing indexes into dion__wins, by handle and by descriptor, so that lookups stay O(1) however
+ * many destroyed windows a long job accumulates. A slot holds an entry's index + 1; 0 is empty. */
+static uint32_t *dion__by_win, *dion__by_table;
+static size_t dion__hcap; /* a power of two, twice dion__wins_cap */
+static pthread_rwlock_t dion__wins_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+static size_t dion__hslot(const void *key)
+{
+    uint64_t h = (uint64_t)(uintptr_t)key;
+    h = (h ^ (h >> 31)) * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 32) & (dion__hcap - 1);
+}
+
+static void dion__hput(uint32_t *ix, const void *key, size_t i)
+{
+    size_t s = dion__hslot(key);
+    while (ix[s]) s = (s + 1) & (dion__hcap - 1);
+    ix[s] = (uint32_t)i + 1;
+}
+
+static dion__win_entry_t *dion__hget(const uint32_t *ix, const void *key, int by_table)
+{
+    if (!dion__hcap || !key) return NULL;
+    for (size_t s = dion__hslot(key); ix[s]; s = (s + 1) & (dion__hcap - 1)) {
+        dion__win_entry_t *e = &dion__wins[ix[s] - 1];
+        if ((by_table ? e->table : (const void *)e->win) == key) return e;
+    }
+    return NULL;
+}
+
+static void dion__wins_reindex(void)
+{
+    memset(dion__by_win, 0, sizeof *dion__by_win * dion__hcap);
+    memset(dion__by_table, 0, sizeof *dion__by_table * dion__hcap);
+    for (size_t i = 0; i < dion__nwins; i++) {
+        dion__hput(dion__by_win, dion__wins[i].win, i);
+        dion__hput(dion__by_table, dion__wins[i].table, i);
+    }
+}
+
+static dion_status_t dion__wins_add(struct dion_win *w)
+{
+    dion_status_t st = DION_SUCCESS;
+    pthread_rwlock_wrlock(&dion__wins_lock);
+    if (dion__nwins == dion__wins_cap) {
+        size_t cap = dion__wins_cap ? 2 * dion__wins_cap : 16;
+        dion__win_entry_t *p = realloc(dion__wins, sizeof *p * cap);
+        uint32_t *a = calloc(2 * cap, sizeof *a), *b = calloc(2 * cap, sizeof *b);
+        if (p) dion__wins = p;
+        if (p && a && b) {
+            free(dion__by_win);
+            free(dion__by_table);
+            dion__by_win = a;
+            dion__by_table = b;
+            dion__wins_cap = cap;
+            dion__hcap = 2 * cap;
+            dion__wins_reindex();
+        } else {
+            free(a);
+            free(b);
+        }
+    }
+    if (dion__nwins < dion__wins_cap) {
+        dion__wins[dion__nwins] = (dion__win_entry_t){w, w->comm, w->table, w->table_kind, 1, w->id};
+        dion__hput(dion__by_win, w, dion__nwins);
+        dion__hput(dion__by_table, w->table, dion__nwins);
+        dion__nwins++;
+    } else {
+        st = dion__error(DION_ERR_NO_MEMORY, "out of memory registering a window");
+    }
+    pthread_rwlock_unlock(&dion__wins_lock);
+    return st;
+}
+
+/* Marks w destroyed if it is a live window; returns whether it was. Only one caller can win. */
+static int dion__wins_kill(struct dion_win *w)
+{
+    pthread_rwlock_wrlock(&dion__wins_lock);
+    dion__win_entry_t *e = dion__hget(dion__by_win, w, 0);
+    int found = e && e->live;
+    if (found) e->live = 0;
+    pthread_rwlock_unlock(&dion__wins_lock);
+    return found;
+}
+
+static int dion__wins_live(const struct dion_win *w)
+{
+    pthread_rwlock_rdlock(&dion__wins_lock);
+    dion__win_entry_t *e = dion__hget(dion__by_win, w, 0);
+    int found = e && e->live;
+    pthread_rwlock_unlock(&dion__wins_lock);
+    return found;
+}
+
+uint32_t dion__cpu_win_state(dion_dwin_t w, uint32_t *id)
+{
+    uint32_t why = DION_WCHK_NOT_WIN;
+    pthread_rwlock_rdlock(&dion__wins_lock);
+    dion__win_entry_t *e = dion__hget(dion__by_table, w, 1);
+    if (e) {
+        *id = e->id;
+        why = !e->live ? DION_WCHK_DESTROYED : e->table_kind == 1 ? DION_WCHK_NOT_HOST : 0;
+    }
+    pthread_rwlock_unlock(&dion__wins_lock);
+    return why;
+}
 
 void dion__win_fill_slots(dion_comm_t c, struct dion_dev_win_slot *slots, int max)
 {
@@ -44,14 +173,26 @@ static void dion__table_free(void *t, int kind)
         free(t);
 }
 
+/* The comm is going away: forget its windows. Destroyed ones are freed (handle and descriptor); live ones
+ * stay mapped, as dion_comm_destroy warns, but their handles are no longer accepted. */
 void dion__win_free_zombies(dion_comm_t c)
 {
-    /* stored as (table, kind) pairs */
-    for (int i = 0; i < c->nzombies; i += 2)
-        dion__table_free(c->zombie_tables[i], (int)(intptr_t)c->zombie_tables[i + 1]);
-    free(c->zombie_tables);
-    c->zombie_tables = NULL;
-    c->nzombies = 0;
+    pthread_rwlock_wrlock(&dion__wins_lock);
+    size_t k = 0;
+    for (size_t i = 0; i < dion__nwins; i++) {
+        dion__win_entry_t *e = &dion__wins[i];
+        if (e->comm != c) {
+            dion__wins[k++] = *e;
+            continue;
+        }
+        if (!e->live) {
+            dion__table_free((void *)e->table, e->table_kind);
+            free(e->win);
+        }
+    }
+    dion__nwins = k;
+    if (dion__hcap) dion__wins_reindex();
+    pthread_rwlock_unlock(&dion__wins_lock);
 }
 
 static size_t dion__win_table_bytes(int nranks)
@@ -89,31 +230,80 @@ static dion_status_t dion__win_publish(struct dion_win *w, const struct dion_win
     return DION_SUCCESS;
 }
 
-static void dion__win_free(struct dion_win *w)
+/* Unmaps the peers' parts and frees the bookkeeping; the descriptor and the handle are the caller's. */
+static void dion__win_release(struct dion_win *w)
 {
-    if (!w) return;
     if (w->imports)
         for (int r = 0; r < w->comm->nranks; r++) dion__p2p_unmap(&w->imports[r]);
-    if (w->table) {
-        /* A device handle may name this table in a slot: freeing it could let a later window reuse the
-         * address and be mistaken for this one. Such tables live on until the comm is destroyed. */
-        void **z = dion__dev_slot_uses(w->comm, w->table)
-                       ? realloc(w->comm->zombie_tables, sizeof(void *) * (size_t)(w->comm->nzombies + 2))
-                       : NULL;
-        if (z) {
-            w->comm->zombie_tables = z;
-            z[w->comm->nzombies++] = w->table;
-            z[w->comm->nzombies++] = (void *)(intptr_t)w->table_kind;
-        } else {
-            dion__table_free(w->table, w->table_kind);
-        }
-    }
     free(w->imports);
     free(w->sizes);
+    w->imports = NULL;
+    w->sizes = NULL;
+}
+
+/* A window that was never handed out: nothing can name it, so everything goes. */
+static void dion__win_free(struct dion_win *w)
+{
+    dion__win_release(w);
+    if (w->table) dion__table_free(w->table, w->table_kind);
     free(w);
 }
 
-static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, int owns, dion_win_t *out)
+/* Marks the descriptor destroyed where device code (and CPU-mode checks) read it. */
+static void dion__win_mark_dead(struct dion_win *w)
+{
+    uint32_t dead = DION_WIN_DEAD;
+    if (w->table_kind == 1) {
+        if (w->comm->cuda_device >= 0) cudaSetDevice(w->comm->cuda_device);
+        cudaError_t e = cudaMemcpy(&w->table->magic, &dead, sizeof dead, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            DION_LOG(DION_LOG_WARN,
+                     "could not mark window %u destroyed on the GPU (%s): DION_CHECK will not "
+                     "recognize stale uses of it",
+                     w->id, cudaGetErrorString(e));
+        }
+    } else {
+        __atomic_store_n(&w->table->magic, dead, __ATOMIC_RELEASE);
+    }
+}
+
+/* Collective: every rank checks the same descriptions, so every rank reaches the same verdict. A window's
+ * parts are all host memory or all GPU memory: its flags, and CPU mode, hold for the whole window. */
+static dion_status_t dion__win_check_descs(dion_comm_t c, const dion__mem_desc_t *d, const char *fn,
+                                           int alloc)
+{
+    int first = -1;
+    for (int r = 0; r < c->nranks; r++) {
+        if (d[r].kind == DION__MEM_NONE) continue;
+        if (d[r].offset > d[r].map_size || d[r].size > d[r].map_size - d[r].offset)
+            return dion__error(DION_ERR_INVALID_ARG,
+                               "%s: rank %d described %llu bytes at offset %llu of a %llu-byte mapping; the "
+                               "part must lie inside what is mapped",
+                               fn, r, (unsigned long long)d[r].size, (unsigned long long)d[r].offset,
+                               (unsigned long long)d[r].map_size);
+        int host = d[r].kind == DION__MEM_HOST_FD;
+        if (first < 0) {
+            first = r;
+        } else if (host != (d[first].kind == DION__MEM_HOST_FD)) {
+            int fh = !host;
+            if (alloc)
+                return dion__error(DION_ERR_INVALID_ARG,
+                                   "%s: on_host differs across ranks: rank %d asked %d, rank %d asked %d; "
+                                   "pass the same on_host on every rank",
+                                   fn, first, fh, r, host);
+            return dion__error(DION_ERR_INVALID_ARG,
+                               "%s: the memory kind differs across ranks: rank %d registered %s memory, rank "
+                               "%d %s memory; a window is host memory on every rank or GPU memory on every "
+                               "rank",
+                               fn, first, fh ? "host" : "GPU", r, host ? "host" : "GPU");
+        }
+    }
+    return DION_SUCCESS;
+}
+
+static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, int owns, const char *fn,
+                                      dion_win_t *out)
 {
     int n = c->nranks;
     dion_status_t st = DION_SUCCESS;
@@ -144,6 +334,7 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
         dion__mem_desc_t mine = descs[c->rank];
         ag = dion__boot_allgather(c->boot, &mine, sizeof mine, descs);
     }
+    if (ag == DION_SUCCESS) ag = dion__win_check_descs(c, descs, fn, owns);
     if (ag == DION_SUCCESS) ag = dion__p2p_share_fds(c, descs, &exp, fds);
     if (ag == DION_SUCCESS) {
         int any_host = 0;
@@ -182,6 +373,7 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
     free(descs);
     free(fds);
     free(tab);
+    if (ag == DION_SUCCESS) ag = dion__wins_add(w);
     if (ag != DION_SUCCESS) {
         dion__win_free(w);
         return ag;
@@ -203,13 +395,20 @@ dion_status_t dion_win_register(dion_comm_t comm, void *base, size_t bytes, dion
     if (!win) return dion__error(DION_ERR_INVALID_ARG, "dion_win_register: win is NULL");
     *win = NULL;
     pthread_mutex_lock(&comm->lock);
+    /* On a bad argument the other ranks are already in the collective: take part, so that they fail at
+     * once, not at the bootstrap timeout. */
     if (bytes && !base) {
-        /* The other ranks are already in the collective: take part, so that they fail at once, not at the
-         * bootstrap timeout. */
         dion__error(DION_ERR_INVALID_ARG, "dion_win_register: base is NULL with bytes=%zu", bytes);
         st = dion__comm_agree(comm, DION_ERR_INVALID_ARG, "registering the window");
+    } else if (bytes && (bytes > DION__WIN_MAX_BYTES || bytes - 1 > UINTPTR_MAX - (uintptr_t)base)) {
+        int wraps = bytes - 1 > UINTPTR_MAX - (uintptr_t)base;
+        dion__error(
+            DION_ERR_INVALID_ARG,
+            "dion_win_register: base %p with bytes=%zu %s; pass the size of the memory at base", base, bytes,
+            wraps ? "runs past the end of the address space" : "exceeds the window limit of 2^56 bytes");
+        st = dion__comm_agree(comm, DION_ERR_INVALID_ARG, "registering the window");
     } else {
-        st = dion__win_create(comm, bytes ? base : NULL, bytes, 0, win);
+        st = dion__win_create(comm, bytes ? base : NULL, bytes, 0, "dion_win_register", win);
     }
     pthread_mutex_unlock(&comm->lock);
     return st;
@@ -223,7 +422,12 @@ dion_status_t dion_win_alloc(dion_comm_t comm, size_t bytes, int on_host, void *
         return dion__error(DION_ERR_INVALID_ARG, "dion_win_alloc: %s is NULL", win ? "base" : "win");
     *win = NULL;
     *base = NULL;
-    if (!on_host && comm->cuda_device < 0 && bytes)
+    if (bytes > DION__WIN_MAX_BYTES)
+        st = dion__error(DION_ERR_INVALID_ARG,
+                         "dion_win_alloc: bytes=%zu exceeds the window limit of %zu "
+                         "bytes (2^56)",
+                         bytes, DION__WIN_MAX_BYTES);
+    else if (!on_host && comm->cuda_device < 0 && bytes)
         st = dion__error(
             DION_ERR_UNSUPPORTED,
             "dion_win_alloc(on_host=0) needs a GPU and this rank has none (%s); pass on_host=1 for a "
@@ -247,7 +451,7 @@ dion_status_t dion_win_alloc(dion_comm_t comm, size_t bytes, int on_host, void *
     pthread_mutex_lock(&comm->lock);
     /* Every rank takes part in registration even after a local failure, so that nobody waits in vain. */
     dion_status_t ag = dion__comm_agree(comm, st, "allocating the window");
-    if (ag == DION_SUCCESS) ag = dion__win_create(comm, p, bytes, 1, win);
+    if (ag == DION_SUCCESS) ag = dion__win_create(comm, p, bytes, 1, "dion_win_alloc", win);
     pthread_mutex_unlock(&comm->lock);
     if (ag != DION_SUCCESS) {
         if (p && on_host)
@@ -263,6 +467,11 @@ dion_status_t dion_win_alloc(dion_comm_t comm, size_t bytes, int on_host, void *
 dion_status_t dion_win_destroy(dion_win_t w)
 {
     if (!w) return dion__error(DION_ERR_INVALID_ARG, "dion_win_destroy: win is NULL");
+    if (!dion__wins_kill(w))
+        return dion__error(DION_ERR_INVALID_ARG,
+                           "dion_win_destroy: win %p is not a live window: it was destroyed already (or its "
+                           "comm was), or it never came from dion_win_register / dion_win_alloc",
+                           (void *)w);
     dion_comm_t c = w->comm;
     pthread_mutex_lock(&c->lock);
     /* Nobody may still use this rank's memory once it is freed: wait for every rank to get here. */
@@ -273,23 +482,25 @@ dion_status_t dion_win_destroy(dion_win_t w)
     while (*pp && *pp != w) pp = &(*pp)->next;
     if (*pp) *pp = w->next;
     pthread_mutex_unlock(&c->lock);
+    dion__win_mark_dead(w);
+    dion__win_release(w);
     if (w->owns && w->base) {
         if (w->on_host)
             dion__host_free(w->base);
         else
             cudaFree(w->base);
     }
-    dion__win_free(w);
+    /* The handle and the descriptor stay (see dion__wins) until the comm is destroyed. */
     return st;
 }
 
 size_t dion_win_size(dion_win_t w, int rank)
 {
-    if (!w || rank < 0 || rank >= w->comm->nranks) return 0;
+    if (!w || !dion__wins_live(w) || rank < 0 || rank >= w->comm->nranks) return 0;
     return (size_t)w->sizes[rank];
 }
 
 dion_dwin_t dion_win_device(dion_win_t w)
 {
-    return w ? w->table : NULL;
+    return w && dion__wins_live(w) ? w->table : NULL;
 }

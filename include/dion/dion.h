@@ -45,10 +45,12 @@ typedef struct dion_win *dion_win_t;
 /* Collective. base: cudaMalloc'd or cuMem (VMM) GPU memory, or host memory from dion_win_alloc(on_host=1).
  * Sizes may differ per rank; 0 bytes (base NULL) is allowed. */
 DION_API dion_status_t dion_win_register(dion_comm_t comm, void *base, size_t bytes, dion_win_t *win);
-/* Collective. Allocates GPU memory (on_host=0) or shareable host memory (on_host=1) and registers it. */
+/* Collective. Allocates GPU memory (on_host=0) or shareable host memory (on_host=1) and registers it; on_host
+ * must be the same on every rank that asks for more than 0 bytes. */
 DION_API dion_status_t dion_win_alloc(dion_comm_t comm, size_t bytes, int on_host, void **base,
                                       dion_win_t *win);
-/* Collective; frees what dion_win_alloc allocated. */
+/* Collective; frees what dion_win_alloc allocated. The handle is invalid afterwards: calls given it again
+ * fail with DION_ERR_INVALID_ARG, and DION_CHECK=1 records device calls given its dion_dwin_t. */
 DION_API dion_status_t dion_win_destroy(dion_win_t win);
 DION_API size_t dion_win_size(dion_win_t win, int rank);
 DION_API dion_dwin_t dion_win_device(dion_win_t win);
@@ -62,8 +64,10 @@ typedef struct {
     uint32_t flags;           /* DION_DEV_FLAG_* */
 } dion_dev_attr_t;
 
-DION_API dion_status_t dion_dev_create(dion_comm_t comm, const dion_dev_attr_t *attr,
-                                       dion_dev_t *dev);                    /* collective */
+/* Collective. num_signals, num_contexts, CPU mode and DION_CHECK must be the same on every rank (else
+ * DION_ERR_INVALID_ARG on every rank, naming the ranks and values); wait_timeout_ns and DION_STATS may
+ * differ. */
+DION_API dion_status_t dion_dev_create(dion_comm_t comm, const dion_dev_attr_t *attr, dion_dev_t *dev);
 DION_API dion_status_t dion_dev_destroy(dion_comm_t comm, dion_dev_t *dev); /* collective */
 /* The first device-side error since the last check; dion_last_error() describes it. */
 DION_API dion_status_t dion_dev_check(dion_comm_t comm, const dion_dev_t *dev);

@@ -19,6 +19,7 @@
 #include "dion/device/arch.cuh"
 #include "dion/device/common.cuh"
 #include "dion/device/p2p.cuh"
+#include "dion/device/trace.cuh"
 
 /* ---- contexts ---- */
 
@@ -45,6 +46,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
                              dion_dwin_t src, size_t src_off, size_t bytes)
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    uint64_t t0 = dion__trace_start(&c);
     if (dion__check_enabled(&c)) {
         int lead = r == 0;
         if (c.index >= c.dev.num_contexts || !dion__check_peer(&c, peer, DION_OP_PUT, lead) ||
@@ -57,6 +59,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
     if (r == 0) {
         DION__STAT(&c, puts, 1);
         DION__STAT(&c, put_bytes, bytes);
+        DION__TRACE(&c, t0, DION_OP_PUT, peer, 0, bytes, 0, 0, 0, DION_SUCCESS);
     }
 }
 
@@ -101,6 +104,7 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
                                     dion_sig_op_t op, uint64_t value)
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    uint64_t t0 = dion__trace_start(&c);
     if (dion__check_enabled(&c)) {
         int lead = r == 0;
         if (!dion__check_signal_args(&c, peer, sig, op, DION_OP_PUT_SIGNAL, lead) ||
@@ -124,6 +128,7 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
         DION__STAT(&c, puts, 1);
         DION__STAT(&c, put_bytes, bytes);
         DION__STAT(&c, signals, 1);
+        DION__TRACE(&c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, DION_SUCCESS);
     }
 }
 
@@ -153,6 +158,7 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
     /* Signal tables live in device memory (or shared memory in CPU mode): the peer's scope is enough. */
     dion__p2p_signal(&c, peer, sig, op, value, dion__peer_scope(&c.dev, peer) | dion__dev_scope(&c.dev));
     DION__STAT(&c, signals, 1);
+    DION__TRACE(&c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, (uint32_t)op, DION_SUCCESS);
 }
 
 /* Waits until this rank's signal sig compares as asked with value. Returns DION_SUCCESS, DION_ERR_TIMEOUT
@@ -173,7 +179,12 @@ DION_HD dion_status_t dion_wait(dion_ctx_t c, uint32_t sig, dion_cmp_t cmp, uint
         }
     }
     DION__STAT(&c, waits, 1);
-    return dion__wait_word(&c, c.dev.signals + sig, (uint32_t)cmp, value, observed, DION_OP_WAIT, sig);
+    uint64_t t0 = dion__trace_start(&c), seen = 0;
+    dion_status_t st =
+        dion__wait_word(&c, c.dev.signals + sig, (uint32_t)cmp, value, &seen, DION_OP_WAIT, sig);
+    if (observed) *observed = seen;
+    DION__TRACE(&c, t0, DION_OP_WAIT, c.dev.rank, sig, 0, value, seen, (uint32_t)cmp, st);
+    return st;
 }
 
 /* The current value of this rank's signal sig (an acquire load). */
@@ -187,18 +198,22 @@ DION_HD uint64_t dion_signal_read(dion_ctx_t c, uint32_t sig)
 
 DION_HD void dion_fence(dion_ctx_t c)
 {
+    uint64_t t0 = dion__trace_start(&c);
     dion__p2p_quiet(&c);
     DION__STAT(&c, fences, 1);
+    DION__TRACE(&c, t0, DION_OP_FENCE, -1, 0, 0, 0, 0, 0, DION_SUCCESS);
 }
 
 /* Returns DION_ERR_ABORTED / DION_ERR_PEER_FAILED once the comm was aborted or a peer failed. */
 DION_HD dion_status_t dion_quiet(dion_ctx_t c)
 {
+    uint64_t t0 = dion__trace_start(&c);
     /* The abort word is read before the fence so that its latency overlaps the fence's. */
     uint64_t ab =
         dion__ld_relaxed(dion__ctl_word(&c.dev, c.dev.signals, DION_CTL_ABORT), dion__dev_scope(&c.dev));
     dion__p2p_quiet(&c);
     DION__STAT(&c, quiets, 1);
+    DION__TRACE(&c, t0, DION_OP_QUIET, -1, 0, 0, 0, 0, 0, (dion_status_t)ab);
     return (dion_status_t)ab;
 }
 
@@ -210,6 +225,7 @@ DION_HD dion_status_t dion_barrier(dion_ctx_t c)
         if (dion__check_enabled(&c)) return DION_ERR_INVALID_ARG;
         c.index = 0;
     }
+    uint64_t t0 = dion__trace_start(&c);
     dion_status_t st = dion_quiet(c);
     if (st != DION_SUCCESS) return st;
     /* Counter barrier: the epoch is private to the context; every rank adds one to each peer's counter and
@@ -226,6 +242,7 @@ DION_HD dion_status_t dion_barrier(dion_ctx_t c)
     st = dion__wait_word(&c, d->signals + word, DION_CMP_GE, epoch * (uint64_t)(d->nranks - 1), NULL,
                          DION_OP_BARRIER, word);
     DION__STAT(&c, barriers, 1);
+    DION__TRACE(&c, t0, DION_OP_BARRIER, -1, word, 0, epoch * (uint64_t)(d->nranks - 1), 0, DION_CMP_GE, st);
     return st;
 }
 
@@ -235,6 +252,7 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
                              int peer, size_t src_off, size_t bytes)
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    uint64_t t0 = dion__trace_start(&c);
     if (dion__check_enabled(&c)) {
         int lead = r == 0;
         if (c.index >= c.dev.num_contexts || !dion__check_peer(&c, peer, DION_OP_GET, lead) ||
@@ -248,6 +266,7 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
     if (r == 0) {
         DION__STAT(&c, gets, 1);
         DION__STAT(&c, get_bytes, bytes);
+        DION__TRACE(&c, t0, DION_OP_GET, peer, 0, bytes, 0, 0, 0, DION_SUCCESS);
     }
 }
 
@@ -282,7 +301,10 @@ DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, 
 {
     if (dion__check_enabled(&c) && !dion__check_atomic(&c, win, peer, off, DION_OP_FETCH_ADD)) return 0;
     DION__STAT(&c, atomics, 1);
-    return dion__p2p_fetch_add(&c.dev, win, peer, off, value, dion__p2p_scope(&c, peer, win));
+    uint64_t t0 = dion__trace_start(&c);
+    uint64_t old = dion__p2p_fetch_add(&c.dev, win, peer, off, value, dion__p2p_scope(&c, peer, win));
+    DION__TRACE(&c, t0, DION_OP_FETCH_ADD, peer, 0, 8, value, old, 0, DION_SUCCESS);
+    return old;
 }
 
 DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int peer, size_t off,
@@ -290,7 +312,11 @@ DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int pee
 {
     if (dion__check_enabled(&c) && !dion__check_atomic(&c, win, peer, off, DION_OP_COMPARE_SWAP)) return 0;
     DION__STAT(&c, atomics, 1);
-    return dion__p2p_compare_swap(&c.dev, win, peer, off, expected, desired, dion__p2p_scope(&c, peer, win));
+    uint64_t t0 = dion__trace_start(&c);
+    uint64_t old =
+        dion__p2p_compare_swap(&c.dev, win, peer, off, expected, desired, dion__p2p_scope(&c, peer, win));
+    DION__TRACE(&c, t0, DION_OP_COMPARE_SWAP, peer, 0, 8, desired, old, 0, DION_SUCCESS);
+    return old;
 }
 
 #endif /* DION_DEVICE_CUH */

@@ -89,6 +89,7 @@ struct dion_win_peer {
 };
 
 #define DION_WIN_MAGIC   0x4e495744u /* "DWIN" */
+#define DION_WIN_DEAD    0x44414544u /* "DEAD": the window was destroyed; its descriptor is kept, marked */
 #define DION_WIN_HOST    0x1u        /* window lives in host memory (CPU mode, or pinned host) */
 #define DION_WIN_ALIGN16 0x2u        /* every rank's base (as mapped here) is 16-byte aligned */
 
@@ -135,17 +136,52 @@ typedef struct {
 
 #define DION_ERR_RING 64
 
+/* Why DION_CHECK rejected a window argument of a put, put_signal, get or atomic: the record's cmp field. */
+#define DION_WCHK_RANGE     1 /* offset + bytes lies outside the rank's part (limit: its size) */
+#define DION_WCHK_ALIGN     2 /* an atomic's address (the rank's base + offset) is not 8-byte aligned */
+#define DION_WCHK_NOT_WIN   3 /* NULL, or not a window descriptor of this process */
+#define DION_WCHK_DESTROYED 4 /* the window was destroyed (expected: its id) */
+#define DION_WCHK_OTHER     5 /* a window of a communicator with another number of ranks */
+#define DION_WCHK_NOT_HOST  6 /* CPU mode and the window (or its descriptor) is GPU memory */
+#define DION_WCHK_UNMAPPED  7 /* the rank's part is not mapped here */
+
 /* Written by device code, read by the host: lives in host-mapped memory. Slots are claimed with a counter in
  * the signal table (device memory), so no atomics touch host memory. */
 struct dion_dev_errors {
     dion_err_record_t rec[DION_ERR_RING];
 };
 
+/* One device operation recorded under DION_TRACE (docs/tracing.md). Times are the device clock: the GPU's
+ * globaltimer, or CLOCK_MONOTONIC in CPU mode. 64 bytes. */
+typedef struct {
+    uint64_t start_ns;
+    uint64_t end_ns; /* signals are instants: end_ns == start_ns */
+    uint64_t bytes;
+    uint64_t value;    /* signal value, wait operand, atomic operand */
+    uint64_t observed; /* wait: the value seen; atomics: the old value */
+    uint16_t op;       /* dion_op_t */
+    uint16_t cmp;      /* wait: dion_cmp_t; signal and put_signal: dion_sig_op_t */
+    int32_t peer;
+    uint32_t sig;
+    uint32_t status; /* dion_status_t the call returned */
+    uint32_t block;
+    uint32_t thread;
+} dion_trace_event_t;
+
+/* Per-context bounded event arrays (device memory, or host memory in CPU mode). Events past the capacity are
+ * counted in heads but not kept. */
+struct dion_dev_trace {
+    uint64_t *heads;            /* [num_contexts] events claimed so far, dropped ones included */
+    dion_trace_event_t *events; /* [num_contexts][capacity] */
+    uint64_t capacity;          /* events kept per context */
+};
+
 /* Handle flags. */
-#define DION_DEVF_CHECK 0x1u /* DION_CHECK=1: check every argument, record instead of touching memory */
-#define DION_DEVF_STATS 0x2u /* DION_STATS=1: count ops per context */
-#define DION_DEVF_CPU   0x4u /* CPU mode: device calls run on CPU threads over host windows */
-#define DION_DEVF_SYS   0x8u /* fences need system scope: a peer on another GPU, or host windows */
+#define DION_DEVF_CHECK 0x1u  /* DION_CHECK=1: check every argument, record instead of touching memory */
+#define DION_DEVF_STATS 0x2u  /* DION_STATS=1: count ops per context */
+#define DION_DEVF_CPU   0x4u  /* CPU mode: device calls run on CPU threads over host windows */
+#define DION_DEVF_SYS   0x8u  /* fences need system scope: a peer on another GPU, or host windows */
+#define DION_DEVF_TRACE 0x10u /* DION_TRACE is set: device calls record events (device/trace.cuh) */
 
 /* Words at the tail of every signal table, after the user's signals. */
 #define DION_CTL_ABORT      0 /* nonzero: the comm was aborted; holds a dion_status_t */
@@ -184,6 +220,7 @@ typedef struct dion_dev {
     struct dion_dev_errors *errors; /* host-mapped error ring */
     uint64_t *ctx_state;            /* [num_contexts] barrier epochs */
     dion_ctx_stats_t *stats;        /* [num_contexts], NULL unless DION_STATS=1 */
+    struct dion_dev_trace trace;    /* used only when flags has DION_DEVF_TRACE */
     void *host;                     /* host-side bookkeeping; opaque to device code */
     struct dion_dev_peer peer_inline[DION_DEV_INLINE_PEERS]; /* copies of peers[0..7] */
     struct dion_dev_win_slot win_slot[DION_DEV_WIN_SLOTS];

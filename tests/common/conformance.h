@@ -918,6 +918,8 @@ static int dt_peerfail(int n)
     return bad ? 1 : 0;
 }
 
+#include "trace_test.h"
+
 static int dt_main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "all";
@@ -970,10 +972,12 @@ static int dt_main(int argc, char **argv)
                dt_test_check(win, (char *)base, size));
     } else if (!strcmp(mode, "stats")) {
         DT_RUN("DION_STATS=1: per-context counters", dt_test_stats(win));
+    } else if (!strcmp(mode, "trace")) {
+        DT_RUN("DION_TRACE: put_signal ping-pong", dt_test_trace(win));
     } else if (!strcmp(mode, "abort")) {
         DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
     } else {
-        fprintf(stderr, "usage: %s [all|check|stats|abort|peerfail N]\n", argv[0]);
+        fprintf(stderr, "usage: %s [all|check|stats|trace|abort|peerfail N]\n", argv[0]);
         return 2;
     }
     int mine = dt_failures, *all = (int *)calloc((size_t)dt_n, sizeof(int)), total = 0;

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
-#include "src/comm.h"
+#include "src/fdpass.c"
 
 #define MAX_RANKS  8
 #define MAX_DGRAMS 8
@@ -80,20 +80,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         c.local_size += info[r].host_key == 1;
     }
 
+    uint8_t keys[MAX_RANKS][DION__SECRET_LEN];
+    for (int r = 0; r < MAX_RANKS; r++)
+        for (int k = 0; k < DION__SECRET_LEN; k++) keys[r][k] = (uint8_t)(r * 37 + k);
+    struct dion__fdpass fdp = {.round = 1 + fuzz_u8(&in) % 2, .keys = keys};
+    c.fdp = &fdp;
+
     int ndgrams = 0;
     while (fuzz_left(&in) > 0 && ndgrams < MAX_DGRAMS) {
         uint8_t kind = fuzz_u8(&in);
         int nfds = kind & 3;
-        uint8_t payload[32];
+        uint8_t payload[48];
         size_t len;
-        if (kind & 0x80) { /* a well-formed payload, with fuzzed tag, sender and has-fd flag */
-            uint32_t w[3] = {(kind & 0x40) ? fuzz_u32(&in) : tag, fuzz_u8(&in) % (uint32_t)nranks,
-                             (kind & 0x20) ? fuzz_u32(&in) : (uint32_t)(nfds > 0)};
-            memcpy(payload, w, sizeof w);
-            len = sizeof w;
+        if (kind & 0x80) { /* an encoded message; the flags pick which fields are fuzzed */
+            dion__fdmsg_t m;
+            memset(&m, 0, sizeof m);
+            m.from = fuzz_u8(&in) % (uint32_t)nranks;
+            m.to = (kind & 0x40) ? fuzz_u8(&in) : (uint32_t)rank;
+            m.tag = (kind & 0x20) ? fuzz_u8(&in) % 4 : tag;
+            m.nfds = (kind & 0x10) ? fuzz_u8(&in) % 3 : (uint32_t)(nfds > 0);
+            m.round = (kind & 0x08) ? fuzz_u8(&in) % 3 : fdp.round;
+            dion__fdmsg_encode(&m, keys[(kind & 0x04) ? (m.from + 1) % (uint32_t)nranks : m.from], payload);
+            len = DION__FDMSG_LEN;
         } else {
             len = (kind >> 2) % sizeof payload;
             for (size_t i = 0; i < len; i++) payload[i] = fuzz_u8(&in);
+        }
+        dion__fdmsg_t m;
+        if (dion__fdmsg_parse(payload, len, &m) == DION_SUCCESS) {
+            uint8_t again[DION__FDMSG_LEN];
+            FUZZ_CHECK(len == DION__FDMSG_LEN && m.nfds <= 1, "parsed %zu bytes, %u descriptors", len,
+                       m.nfds);
+            dion__fdmsg_encode(&m, keys[0], again);
+            FUZZ_CHECK(memcmp(again, payload, 32) == 0, "encode(parse(x)) differs from x");
         }
         send_dgram(sv[1], payload, len, nfds);
         ndgrams++;
@@ -101,29 +120,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     int fds[MAX_RANKS];
     for (int r = 0; r < MAX_RANKS; r++) fds[r] = -1;
+    uint8_t got[MAX_RANKS] = {0};
+    const char *why = NULL;
     int accepted = 0;
     for (int i = 0; i <= ndgrams; i++) {
-        dion_status_t st = dion__ux_recv(&c, tag, fds);
+        dion_status_t st = dion__ux_recv(&c, tag, fds, got, &why);
         if (st == DION_ERR_TIMEOUT) break;
         FUZZ_CHECK(i < ndgrams, "received more messages than were sent");
         if (st == DION_SUCCESS)
             accepted++;
         else
-            FUZZ_CHECK(dion_last_error()[0] != 0, "rejection without a sentence");
+            FUZZ_CHECK(st == DION_ERR_INVALID_ARG && why, "rejection (%s) without a reason",
+                       dion_status_string(st));
     }
-    FUZZ_CHECK(dion__ux_recv(&c, tag, fds) == DION_ERR_TIMEOUT, "messages left unread");
-    int got = 0;
+    FUZZ_CHECK(dion__ux_recv(&c, tag, fds, got, &why) == DION_ERR_TIMEOUT, "messages left unread");
+    int gots = 0;
+    for (int r = 0; r < MAX_RANKS; r++) gots += got[r];
+    FUZZ_CHECK(gots == accepted, "%d ranks marked for %d accepted messages", gots, accepted);
+    int nfds_got = 0;
     for (int r = 0; r < MAX_RANKS; r++) {
         if (fds[r] < 0) continue;
-        got++;
+        nfds_got++;
         FUZZ_CHECK(r < nranks && r != rank && info[r].host_key == 1, "descriptor accepted from rank %d", r);
         FUZZ_CHECK(info[r].pid == (int32_t)getpid(), "descriptor accepted for rank %d from another pid", r);
+        FUZZ_CHECK(got[r], "descriptor of rank %d without its message marked", r);
         struct stat sb;
         FUZZ_CHECK(fstat(fds[r], &sb) == 0 && sb.st_rdev == devnull_rdev, "rank %d: not the sent descriptor",
                    r);
         close(fds[r]);
     }
-    FUZZ_CHECK(got <= accepted, "%d descriptors from %d accepted messages", got, accepted);
+    FUZZ_CHECK(nfds_got <= accepted, "%d descriptors from %d accepted messages", nfds_got, accepted);
     close(sv[0]);
     close(sv[1]);
     FUZZ_CHECK(fuzz_open_fds() == baseline, "descriptors leaked (%d open, %d before)", fuzz_open_fds(),

@@ -1,7 +1,9 @@
 /* Fuzzes the bootstrap root service over loopback TCP: each input starts a root (dion__root_start) and opens
- * up to six connections that send fuzzed bytes, optionally as a HELLO with the right header and secret, sent
- * whole or in two parts, half-closed or left open. Checked: every answer is one RING frame, to a connection
- * whose HELLO was valid, naming its successor rank and an address some valid HELLO for that rank gave; the
+ * up to six connections; each reads the root's CHALLENGE and sends fuzzed bytes, optionally as a HELLO with
+ * the right header and a tag proving the secret over that challenge, sent whole or in two parts, half-closed
+ * or left open. Checked: every answer is one REFUSE frame, or one RING frame (with the root's valid proof) to
+ * a connection whose HELLO was valid, naming its successor rank and an address some valid HELLO for that rank
+ * gave; the
  * root's thread ends within its timeout (DION_BOOTSTRAP_TIMEOUT=20ms here) and leaves no descriptor open.
  * Requests for more than 8 ranks are cut to 0..8 (the range checks are fuzz_frame's HELLO mode). */
 #include <arpa/inet.h>
@@ -10,6 +12,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +48,49 @@ static int tcp_connect(const dion__addr_t *a)
     return fd;
 }
 
+typedef struct {
+    int fd;
+    uint8_t bytes[128];
+    size_t len;
+    uint8_t nonce[DION__NONCE_LEN]; /* the root's challenge to this connection */
+    uint8_t answer[64];
+    size_t got;
+    int eof;
+} conn_t;
+
+/* Whether conn x sent a HELLO the root must accept as proven (its fields then in *h). */
+static int proven_hello(const conn_t *x, dion__hello_t *h)
+{
+    uint32_t type, len;
+    if (x->len < HELLO_FRAME || dion__frame_hdr_decode(x->bytes, &type, &len) != 0 ||
+        type != DION__FRAME_HELLO || dion__hello_parse(x->bytes + DION__FRAME_HDR, len, h) != DION_SUCCESS)
+        return 0;
+    uint8_t f[DION__NONCE_LEN + 44];
+    memcpy(f, x->nonce, DION__NONCE_LEN);
+    memcpy(f + DION__NONCE_LEN, x->bytes + DION__FRAME_HDR, 44);
+    return dion__auth_check(secret, "dion hello", f, sizeof f, h->tag);
+}
+
+/* Reads the root's CHALLENGE (the root sends it on accepting); zeros if it does not come within 2 s. */
+static void read_challenge(int fd, uint8_t nonce[DION__NONCE_LEN])
+{
+    uint8_t buf[DION__FRAME_HDR + DION__CHALLENGE_LEN];
+    uint32_t type, len;
+    memset(nonce, 0, DION__NONCE_LEN);
+    struct timeval tv = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t have = 0;
+    while (have < sizeof buf) {
+        ssize_t r = recv(fd, buf + have, sizeof buf - have, 0);
+        if (r <= 0) return;
+        have += (size_t)r;
+    }
+    FUZZ_CHECK(dion__frame_hdr_decode(buf, &type, &len) == 0 && type == DION__FRAME_CHALLENGE &&
+                   len == DION__CHALLENGE_LEN,
+               "the root's first frame is not a CHALLENGE");
+    memcpy(nonce, buf + DION__FRAME_HDR, DION__NONCE_LEN);
+}
+
 /* Threads of this process: the root's thread counts until it has ended. */
 static int threads(void)
 {
@@ -60,15 +106,6 @@ static void send_some(int fd, const uint8_t *p, size_t n)
 {
     if (n) (void)!send(fd, p, n, MSG_NOSIGNAL);
 }
-
-typedef struct {
-    int fd;
-    uint8_t bytes[128];
-    size_t len;
-    uint8_t answer[64];
-    size_t got;
-    int eof;
-} conn_t;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -89,13 +126,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         flags[i] = fuzz_u8(&in);
         c[i].len = fuzz_u8(&in) % 96;
         for (size_t k = 0; k < c[i].len; k++) c[i].bytes[k] = fuzz_u8(&in);
-        if (flags[i] & 1) { /* a HELLO header and the right secret */
-            if (c[i].len < 28) c[i].len = 28;
+        c[i].fd = tcp_connect(&root);
+        if (c[i].fd >= 0) read_challenge(c[i].fd, c[i].nonce);
+        if (flags[i] & 1) { /* a whole HELLO frame with the right proof */
+            if (c[i].len < HELLO_FRAME) c[i].len = HELLO_FRAME;
             dion__frame_hdr_encode(c[i].bytes, DION__FRAME_HELLO, DION__HELLO_LEN);
-            memcpy(c[i].bytes + DION__FRAME_HDR, secret, sizeof secret);
         }
         if (c[i].len >= 36) dion__put_u32(c[i].bytes + 32, dion__get_u32(c[i].bytes + 32) % 9);
-        c[i].fd = tcp_connect(&root);
+        if (flags[i] & 1) {
+            uint8_t f[DION__NONCE_LEN + 44];
+            memcpy(f, c[i].nonce, DION__NONCE_LEN);
+            memcpy(f + DION__NONCE_LEN, c[i].bytes + DION__FRAME_HDR, 44);
+            dion__put_u64(c[i].bytes + DION__FRAME_HDR + 44,
+                          dion__auth_tag(secret, "dion hello", f, sizeof f));
+        }
     }
     for (int part = 0; part < 2; part++)
         for (int i = 0; i < n; i++) {
@@ -136,36 +180,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     for (int i = 0; i < n; i++) {
         if (c[i].got == 0) continue;
-        uint32_t type, len, rank, nranks, nrank, nr;
-        dion__addr_t addr, next;
-        FUZZ_CHECK(c[i].len >= HELLO_FRAME && !dion__hello_parse(c[i].bytes, secret, &rank, &nranks, &addr),
-                   "connection %d was answered without a valid HELLO", i);
-        FUZZ_CHECK(c[i].got == DION__FRAME_HDR + DION__RING_LEN, "answer of %zu bytes", c[i].got);
-        FUZZ_CHECK(dion__frame_hdr_decode(c[i].answer, &type, &len) == 0 && type == DION__FRAME_RING &&
-                       len == DION__RING_LEN,
-                   "the answer is not a RING frame");
+        uint32_t type, len;
+        FUZZ_CHECK(c[i].got >= DION__FRAME_HDR && dion__frame_hdr_decode(c[i].answer, &type, &len) == 0 &&
+                       c[i].got == DION__FRAME_HDR + len,
+                   "connection %d got %zu bytes that are not one frame", i, c[i].got);
         const uint8_t *p = c[i].answer + DION__FRAME_HDR;
+        if (type == DION__FRAME_REFUSE) {
+            FUZZ_CHECK(len == DION__REFUSE_LEN, "REFUSE of %u bytes", len);
+            continue;
+        }
+        dion__hello_t h;
+        dion__addr_t next;
+        FUZZ_CHECK(proven_hello(&c[i], &h), "connection %d was answered without a proven HELLO", i);
+        FUZZ_CHECK(type == DION__FRAME_RING && len == DION__RING_LEN, "the answer is not a RING frame");
+        uint8_t f[DION__NONCE_LEN + 28];
+        memcpy(f, h.nonce, DION__NONCE_LEN);
+        memcpy(f + DION__NONCE_LEN, p, 28);
+        FUZZ_CHECK(dion__auth_check(secret, "dion ring", f, sizeof f, p + 28), "the RING's proof is wrong");
         FUZZ_CHECK(dion__addr_decode(p, &next) == 0, "the answer holds no valid address");
-        nrank = dion__get_u32(p + 20);
-        nr = dion__get_u32(p + 24);
-        FUZZ_CHECK(nr == nranks && nrank == (rank + 1) % nranks, "rank %u of %u told successor %u of %u",
-                   rank, nranks, nrank, nr);
+        uint32_t nrank = dion__get_u32(p + 20), nr = dion__get_u32(p + 24);
+        FUZZ_CHECK(nr == h.nranks && nrank == (h.rank + 1) % h.nranks,
+                   "rank %u of %u told successor %u of %u", h.rank, h.nranks, nrank, nr);
         int found = 0;
         for (int j = 0; j < n && !found; j++) {
-            uint32_t rj, nj;
-            dion__addr_t aj;
-            if (c[j].len < HELLO_FRAME || dion__hello_parse(c[j].bytes, secret, &rj, &nj, &aj) ||
-                rj != nrank || nj != nranks)
-                continue;
+            dion__hello_t hj;
+            if (!proven_hello(&c[j], &hj) || hj.rank != nrank || hj.nranks != h.nranks) continue;
+            dion__addr_t aj = hj.addr;
             if (dion__addr_is_any(&aj)) { /* the root substitutes the address it saw: loopback here */
-                memset(aj.addr, 0, sizeof aj.addr);
+                memset(&aj, 0, sizeof aj);
                 aj.family = 4;
+                aj.port = hj.addr.port;
                 aj.addr[0] = 127;
                 aj.addr[3] = 1;
             }
             found = aj.family == next.family && aj.port == next.port && !memcmp(aj.addr, next.addr, 16);
         }
-        FUZZ_CHECK(found, "rank %u was told an address no HELLO for rank %u gave", rank, nrank);
+        FUZZ_CHECK(found, "rank %u was told an address no HELLO for rank %u gave", h.rank, nrank);
     }
     for (int i = 0; i < n; i++)
         if (c[i].fd >= 0) close(c[i].fd);

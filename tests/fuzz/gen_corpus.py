@@ -55,15 +55,17 @@ put("frame", "stream-huge-len", stream(64, frame(4, b"", length=0xFFFFFFFF)))
 put("frame", "stream-max-len", stream(64, frame(4, b"", length=1 << 20)))
 put("frame", "stream-truncated", stream(64, frame(4, b"abcdef")[:-3]))
 
-hello = SECRET + struct.pack("<II", 2, 4) + addr(4, 4000, bytes([10, 0, 0, 2]))
-put("frame", "hello-valid", b"\1\0" + frame(1, hello))
-put("frame", "hello-any-addr-v6", b"\1\0" + frame(1, SECRET + struct.pack("<II", 0, 1) + addr(6, 1, b"")))
-put("frame", "hello-wrong-secret", b"\1\0" + frame(1, bytes(16) + hello[16:]))
-put("frame", "hello-rank-out-of-range", b"\1\1" + frame(1, SECRET + struct.pack("<II", 4, 4) + hello[24:]))
-put("frame", "hello-too-many-ranks", b"\1\1" + frame(1, SECRET + struct.pack("<II", 0, (1 << 22) + 1) + hello[24:]))
-put("frame", "hello-port0", b"\1\1" + frame(1, hello[:24] + addr(4, 0, b"\1\2\3\4")))
-put("frame", "hello-short", b"\1\1" + frame(1, hello[:30], length=48))
-put("frame", "hello-ring-type", b"\1\1" + frame(2, hello))
+# HELLO payload: nonce (16), rank, nranks, ring address (20), tag (8); mode byte, then flags (bit 0: a length byte)
+NONCE = bytes(range(100, 116))
+hello = NONCE + struct.pack("<II", 2, 4) + addr(4, 4000, bytes([10, 0, 0, 2])) + bytes(8)
+put("frame", "hello-valid", b"\1\0" + hello)
+put("frame", "hello-any-addr-v6", b"\1\0" + NONCE + struct.pack("<II", 0, 1) + addr(6, 1, b"") + bytes(8))
+put("frame", "hello-rank-out-of-range", b"\1\0" + NONCE + struct.pack("<II", 4, 4) + hello[24:])
+put("frame", "hello-too-many-ranks", b"\1\0" + NONCE + struct.pack("<II", 0, (1 << 22) + 1) + hello[24:])
+put("frame", "hello-port0", b"\1\0" + hello[:24] + addr(4, 0, b"\1\2\3\4") + bytes(8))
+put("frame", "hello-family5", b"\1\0" + hello[:24] + addr(5, 9, b"\1\2\3\4") + bytes(8))
+put("frame", "hello-short", b"\1\1\x30" + hello)
+put("frame", "hello-long", b"\1\1\x35" + hello + b"xyz")
 
 
 def ring(n, rank, op, root, nbytes, flags, body):
@@ -84,13 +86,14 @@ put("frame", "ring-bcast-root", ring(3, 0, 1, 0, 12, 0, b""))
 put("frame", "ring-bcast-last", ring(3, 2, 1, 0, 5, 0, frame(4, blk(5, 5))))
 put("frame", "ring-barrier", ring(5, 2, 2, 0, 0, 0, frame(4, b"") * 4))
 put("frame", "ring-barrier-hello", ring(2, 1, 2, 0, 0, 0, frame(1, hello)))
+put("frame", "ring-challenge", ring(2, 1, 2, 0, 0, 0, frame(6, NONCE)))
 put("frame", "ring-abort-requested", ring(3, 1, 2, 0, 0, 1, b"\2" + frame(4, b"") * 2))
 
-# ---- fdpass: nranks-2, rank, local mask, same-pid mask, tag; then datagrams (kind, ...) ----
-def fd_input(nranks, rank, local, same, tag, dgrams):
-    return bytes([nranks - 2, rank, local, same, tag]) + b"".join(dgrams)
+# ---- fdpass: nranks-2, rank, local mask, same-pid mask, tag, round; then datagrams (kind, ...) ----
+def fd_input(nranks, rank, local, same, tag, dgrams, rnd=0):
+    return bytes([nranks - 2, rank, local, same, tag, rnd]) + b"".join(dgrams)
 
-ok = lambda frm, nfds=1: bytes([0x80 | nfds, frm])  # well-formed payload {tag, frm, has_fd}
+ok = lambda frm, nfds=1, extra=0, *more: bytes([0x80 | extra | nfds, frm] + list(more))  # encoded, right key
 put("fdpass", "two-ranks", fd_input(2, 0, 0xFF, 0xFF, 1, [ok(1)]))
 put("fdpass", "four-ranks", fd_input(4, 2, 0xFF, 0xFF, 3, [ok(0), ok(1), ok(3)]))
 put("fdpass", "no-fd", fd_input(3, 0, 0xFF, 0xFF, 0, [ok(1, 0), ok(2, 0)]))
@@ -98,11 +101,17 @@ put("fdpass", "duplicate", fd_input(3, 0, 0xFF, 0xFF, 0, [ok(1), ok(1)]))
 put("fdpass", "from-self", fd_input(3, 1, 0xFF, 0xFF, 0, [ok(1)]))
 put("fdpass", "remote-rank", fd_input(3, 0, 0x01, 0xFF, 0, [ok(2)]))
 put("fdpass", "other-pid", fd_input(3, 0, 0xFF, 0x01, 0, [ok(1)]))
-put("fdpass", "wrong-tag", fd_input(2, 0, 0xFF, 0xFF, 2, [bytes([0xC1]) + struct.pack("<I", 7) + b"\1"]))
-put("fdpass", "fd-flag-mismatch", fd_input(2, 0, 0xFF, 0xFF, 0, [ok(1, 0)[:1] + b"\1" + b"", bytes([0xA0, 1]) + struct.pack("<I", 1)]))
+put("fdpass", "wrong-key", fd_input(2, 0, 0xFF, 0xFF, 0, [ok(1, 1, 0x04)]))
+put("fdpass", "wrong-round", fd_input(2, 0, 0xFF, 0xFF, 0, [ok(1, 1, 0x08, 2)]))
+put("fdpass", "wrong-tag", fd_input(2, 0, 0xFF, 0xFF, 2, [ok(1, 1, 0x20, 1)]))
+put("fdpass", "wrong-to", fd_input(2, 0, 0xFF, 0xFF, 0, [ok(1, 1, 0x40, 1)]))
+put("fdpass", "announces-two", fd_input(2, 0, 0xFF, 0xFF, 0, [ok(1, 2, 0x10, 2)]))
+put("fdpass", "fd-count-mismatch", fd_input(2, 0, 0xFF, 0xFF, 0, [ok(1, 0, 0x10, 1)]))
 put("fdpass", "two-fds", fd_input(2, 0, 0xFF, 0xFF, 0, [ok(1, 2)]))
-put("fdpass", "short-payload", fd_input(2, 0, 0xFF, 0xFF, 0, [bytes([0x01 | (5 << 2)]) + b"\0\0\0\0\1"]))
+put("fdpass", "short-payload", fd_input(2, 0, 0xFF, 0xFF, 0, [bytes([0x01 | (5 << 2)]) + b"DFD1\1"]))
 put("fdpass", "empty-payload", fd_input(2, 0, 0xFF, 0xFF, 0, [b"\x03"]))
+# Found on 8613763: a rejected datagram carrying three descriptors leaked two of them.
+put("fdpass", "regress-rejected-message-with-three-fds", fd_input(3, 1, 1, 0xD6, 1, [bytes([0x27]) + bytes(9)]))
 
 # ---- env: NAME=VALUE lines ----
 envs = {
@@ -133,9 +142,10 @@ envs = {
 for k, v in envs.items():
     put("env", k, v)
 
-# ---- root: connections (count-1), then per connection: flags (1 header+secret, 2 split, 4 half-close), length, bytes
-def hello_frame(rank, n, a, sec=SECRET):
-    return frame(1, sec + struct.pack("<II", rank, n) + a)
+# ---- root: connections (count-1), then per connection: flags (1 whole HELLO frame with the right proof,
+# 2 split, 4 half-close), length, bytes (a HELLO frame's payload: nonce, rank, nranks, address, tag)
+def hello_frame(rank, n, a):
+    return frame(1, NONCE + struct.pack("<II", rank, n) + a + bytes(8))
 
 
 def root_input(conns):
@@ -145,15 +155,15 @@ def root_input(conns):
     return out
 
 lo = lambda port: addr(4, port, bytes([127, 0, 0, 1]))
-put("root", "job-2", root_input([(0, hello_frame(0, 2, lo(5000))), (0, hello_frame(1, 2, addr(4, 6000, b"\x0a\0\0\2")))]))
-put("root", "job-3-split-any", root_input([(2, hello_frame(i, 3, addr(4, 7000 + i, b""))) for i in (2, 0, 1)]))
-put("root", "job-1", root_input([(4, hello_frame(0, 1, addr(6, 1, bytes(15) + b"\1")))]))
-put("root", "duplicate-rank", root_input([(0, hello_frame(0, 2, lo(1))), (0, hello_frame(0, 2, lo(2))), (0, hello_frame(1, 2, lo(3)))]))
-put("root", "nranks-differ", root_input([(0, hello_frame(0, 2, lo(1))), (0, hello_frame(1, 3, lo(2)))]))
-put("root", "wrong-secret", root_input([(0, hello_frame(0, 1, lo(1), bytes(16)))]))
-put("root", "short-then-close", root_input([(4, hello_frame(0, 2, lo(1))[:30]), (0, hello_frame(1, 2, lo(2)))]))
-put("root", "not-hello", root_input([(0, frame(3, bytes(24))), (0, frame(4, b"x" * 48))]))
+put("root", "job-2", root_input([(1, hello_frame(0, 2, lo(5000))), (1, hello_frame(1, 2, addr(4, 6000, b"\x0a\0\0\2")))]))
+put("root", "job-3-split-any", root_input([(3, hello_frame(i, 3, addr(4, 7000 + i, b""))) for i in (2, 0, 1)]))
+put("root", "job-1", root_input([(5, hello_frame(0, 1, addr(6, 1, bytes(15) + b"\1")))]))
+put("root", "duplicate-rank", root_input([(1, hello_frame(0, 2, lo(1))), (1, hello_frame(0, 2, lo(2))), (1, hello_frame(1, 2, lo(3)))]))
+put("root", "nranks-differ", root_input([(1, hello_frame(0, 2, lo(1))), (1, hello_frame(1, 3, lo(2)))]))
+put("root", "wrong-proof", root_input([(0, hello_frame(0, 1, lo(1)))]))
+put("root", "short-then-close", root_input([(4, hello_frame(0, 2, lo(1))[:30]), (1, hello_frame(1, 2, lo(2)))]))
+put("root", "not-hello", root_input([(0, frame(3, bytes(28))), (0, frame(4, b"x" * 52))]))
 put("root", "garbage", root_input([(4, b"GET / HTTP/1.0\r\n\r\n"), (0, b"")]))
-put("root", "forced-header", root_input([(1, bytes(60)), (3, bytes(40))]))
-put("root", "port0", root_input([(0, hello_frame(0, 1, lo(0)))]))
-put("root", "six", root_input([(2 * (i & 1), hello_frame(i, 6, lo(9000 + i))) for i in range(6)]))
+put("root", "forced-zeros", root_input([(1, bytes(64)), (3, bytes(40))]))
+put("root", "port0", root_input([(1, hello_frame(0, 1, lo(0)))]))
+put("root", "six", root_input([(1 | 2 * (i & 1), hello_frame(i, 6, lo(9000 + i))) for i in range(6)]))

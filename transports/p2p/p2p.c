@@ -45,6 +45,9 @@ static int dion__host_cuda_register(void *p, size_t n)
 dion_status_t dion__host_alloc(size_t bytes, void **base)
 {
     size_t size = dion__page_round(bytes);
+    if (size < bytes || size > (size_t)INT64_MAX)
+        return dion__error(DION_ERR_NO_MEMORY, "cannot allocate %zu bytes of shared memory: too large",
+                           bytes);
     int fd = memfd_create("dion-window", MFD_CLOEXEC);
     if (fd < 0) return dion__error(DION_ERR_NO_MEMORY, "memfd_create failed: %s", strerror(errno));
     if (ftruncate(fd, (off_t)size) != 0) {
@@ -101,7 +104,9 @@ static dion__host_region_t *dion__host_find(const void *p, size_t bytes)
     pthread_mutex_lock(&dion__host_lock);
     dion__host_region_t *r = dion__host_regions;
     for (; r; r = r->next)
-        if ((const char *)p >= r->base && (const char *)p + bytes <= r->base + r->size) break;
+        if ((uintptr_t)p >= (uintptr_t)r->base && bytes <= r->size &&
+            (uintptr_t)p - (uintptr_t)r->base <= r->size - bytes) /* no sum that could wrap */
+            break;
     pthread_mutex_unlock(&dion__host_lock);
     return r;
 }
@@ -246,7 +251,7 @@ dion_status_t dion__p2p_export(dion_comm_t c, void *base, size_t bytes, dion__me
     size_t size;
     CUresult r = cu->MemGetAddressRange(&start, &size, (CUdeviceptr)(uintptr_t)base);
     if (r != CUDA_SUCCESS) return dion__cu_check(r, "cuMemGetAddressRange");
-    if ((uintptr_t)base + bytes > start + size)
+    if ((uintptr_t)base < start || bytes > size || (uintptr_t)base - start > size - bytes)
         return dion__error(
             DION_ERR_INVALID_ARG,
             "the window [%p, +%zu) runs past the end of its cudaMalloc allocation (%zu bytes from %p)", base,
