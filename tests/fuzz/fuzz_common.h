@@ -4,22 +4,27 @@
 #define DION_FUZZ_COMMON_H
 
 #include <fcntl.h>
+#include <sanitizer/common_interface_defs.h>
 #include <stddef.h>
-#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "src/internal.h"
 
-/* An invariant broke: print it and abort, so the input is saved as a crash. */
+/* An invariant broke: report it where the sanitizers report (libFuzzer keeps that open under -close_fd_mask)
+ * and abort, so the input is saved as a crash. */
 #define FUZZ_CHECK(cond, ...)                                                                                \
     do {                                                                                                     \
         if (!(cond)) {                                                                                       \
-            fprintf(stderr, "fuzz invariant failed at %s:%d: %s: ", __FILE__, __LINE__, #cond);              \
-            fprintf(stderr, __VA_ARGS__);                                                                    \
-            fprintf(stderr, "\n");                                                                           \
+            char fuzz_msg_[512];                                                                             \
+            int fuzz_n_ = snprintf(fuzz_msg_, sizeof fuzz_msg_,                                              \
+                                   "fuzz invariant failed at %s:%d: %s: ", __FILE__, __LINE__, #cond);       \
+            if (fuzz_n_ > 0 && (size_t)fuzz_n_ < sizeof fuzz_msg_)                                           \
+                snprintf(fuzz_msg_ + fuzz_n_, sizeof fuzz_msg_ - (size_t)fuzz_n_, __VA_ARGS__);              \
+            __sanitizer_report_error_summary(fuzz_msg_);                                                     \
             abort();                                                                                         \
         }                                                                                                    \
     } while (0)
