@@ -185,8 +185,9 @@ dion_status_t dion__cfg_int(const char *name, long long min, long long max, long
     char *end = NULL;
     errno = 0;
     long long x = strtoll(v, &end, 10);
+    int digits = end != v; /* checked before skipping trailing blanks: a value of blanks is no number */
     while (end && isspace((unsigned char)*end)) end++;
-    if (errno || end == v || (end && *end))
+    if (errno || !digits || (end && *end))
         return dion__error(DION_ERR_INVALID_ARG,
                            "%s='%s' is not an integer; set it to a whole number in [%lld, %lld]", name, v,
                            min, max);
