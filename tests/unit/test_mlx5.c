@@ -111,7 +111,7 @@ static uint8_t random_fm_ce_se(void)
 static void test_segments(void)
 {
     for (int it = 0; it < 20000; it++) {
-        uint8_t a[16], b[16];
+        uint8_t a[16] __attribute__((aligned(16))), b[16] __attribute__((aligned(16)));
         uint16_t idx = it < 3 ? (uint16_t)(0xfffe + it) : (uint16_t)rnd(); /* 0xfffe, 0xffff, 0 (wrapped) */
         uint8_t op = (uint8_t)rnd(), opmod = (uint8_t)rnd(), fm = random_fm_ce_se(),
                 ds = (uint8_t)(rnd() % 64);
@@ -141,7 +141,7 @@ static void test_segments(void)
     }
     /* the worked example of the reference (section 1): RC WRITE, QPN 0x1234, idx 5, DS 3, signaled */
     static const uint8_t golden[16] = {0, 0, 5, 8, 0, 0x12, 0x34, 3, 0, 0, 0, 8, 0, 0, 0, 0};
-    uint8_t a[16];
+    uint8_t a[16] __attribute__((aligned(16)));
     dion__mlx5_set_ctrl_seg(a, 5, DION__MLX5_OP_RDMA_WRITE, 0, 0x1234, DION__MLX5_CTRL_CQ_UPDATE, 3, 0);
     CHECK(memcmp(a, golden, 16) == 0, "worked example of reference section 1");
     /* byte swaps */
@@ -194,7 +194,7 @@ static uint32_t ref_ds(const op_t *o)
 static uint32_t ref_post(uint8_t *ring, uint32_t nbb, uint16_t idx, uint32_t qpn, const op_t *o)
 {
     uint32_t ds = ref_ds(o), wqebbs = (ds * 16 + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
-    uint8_t lin[16 * 64];
+    uint8_t lin[16 * 64] __attribute__((aligned(64)));
     for (uint32_t i = 0; i < wqebbs; i++) memcpy(lin + i * 64, ring + ((idx + i) % nbb) * 64, 64);
     static const uint8_t opcodes[] = {MLX5_OPCODE_RDMA_WRITE,       MLX5_OPCODE_RDMA_READ,
                                       MLX5_OPCODE_RDMA_WRITE,       MLX5_OPCODE_ATOMIC_FA,
@@ -295,7 +295,7 @@ static void test_wqes(void)
 
     /* Inline payload across a WQEBB boundary and the ring's end, checked byte by byte as well: a 100-byte
      * inline WRITE starting in the last slot of a 4-WQEBB ring covers slots 3, 0 and 1. */
-    uint8_t ring[4 * 64];
+    uint8_t ring[4 * 64] __attribute__((aligned(64)));
     memset(ring, 0xee, sizeof ring);
     dion__mlx5_sq_t sq = {ring, 3, 0x42};
     uint8_t data[100];
@@ -394,7 +394,7 @@ static void test_cqe(void)
     for (uint32_t lg = 0; lg <= 6; lg++) {
         uint32_t ncqe = 1u << lg;
         for (uint64_t n = 0; n < 5ull * ncqe; n++) {
-            uint8_t buf[64] = {0};
+            uint8_t buf[64] __attribute__((aligned(8))) = {0};
             uint64_t big = n + (rnd() & ~((uint64_t)ncqe * 2 - 1)); /* same parity, far along */
             dion__mlx5_cqe_write_req(buf, (uint16_t)n, 8, 1, 0, dion__mlx5_cqe_owner(n, lg));
             struct mlx5_cqe64 *c = (struct mlx5_cqe64 *)buf;
@@ -409,7 +409,7 @@ static void test_cqe(void)
                 CHECK(!dion__mlx5_cqe_sw_owned(fills[f], n, lg), "fill %#x owned", fills[f]);
         }
         for (int v = 0; v < 256; v++) {
-            uint8_t buf[64] = {0};
+            uint8_t buf[64] __attribute__((aligned(8))) = {0};
             buf[63] = (uint8_t)v;
             uint64_t n = rnd();
             CHECK(dion__mlx5_cqe_sw_owned((uint8_t)v, n, lg) == ref_owned((struct mlx5_cqe64 *)buf, n, ncqe),
@@ -450,7 +450,7 @@ static void test_syndromes(void)
         for (size_t j = 0; j < i; j++)
             CHECK(seen[j] != why, "syndromes %#x and %#x share a reason", cases[j].synd, cases[i].synd);
         /* and through an error CQE, as a poller meets it */
-        uint8_t cqe[64];
+        uint8_t cqe[64] __attribute__((aligned(8)));
         dion__mlx5_cqe_write_err(cqe, 7, MLX5_OPCODE_RDMA_WRITE, 0x55, cases[i].synd, 0, 1);
         dion__mlx5_cqe_info_t d = dion__mlx5_cqe_decode(cqe);
         CHECK(d.opcode == MLX5_CQE_REQ_ERR && dion__mlx5_syndrome_status(d.syndrome, NULL) == cases[i].st,
