@@ -212,7 +212,11 @@ DION_HD uint32_t dion__mlx5_set_inline_seg(const dion__mlx5_sq_t *sq, uint16_t i
                                            const void *data, uint32_t len)
 {
     uint32_t hdr = dion__be32(len | DION__MLX5_INLINE_FLAG);
+#if DION__GPU
+    *(uint32_t *)dion__mlx5_wqe_at(sq, idx, off) = hdr; /* off is a multiple of 16: one aligned store */
+#else
     memcpy(dion__mlx5_wqe_at(sq, idx, off), &hdr, 4);
+#endif
     const uint8_t *src = (const uint8_t *)data;
     uint32_t pos = off + 4, done = 0;
     while (done < len) { /* one WQEBB's worth at a time: within a WQEBB the ring is contiguous */

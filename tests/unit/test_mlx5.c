@@ -13,6 +13,7 @@
 #include <infiniband/mlx5dv.h>
 
 #include "dion/device/mlx5.cuh"
+#include "dion/dion.h"
 #include "src/internal.h"
 #include "transports/gdaki/devx_layout.h"
 
@@ -479,6 +480,65 @@ static void test_reserve(void)
           (unsigned long long)head, (unsigned long long)expect, wrapped);
 }
 
+/* CPU mode: 64 threads (two blocks of 32) reserve and build at once into one ring; every WQE must land in its
+ * own slots (the slots tile the range, each counted once) and the ring must equal rdma-core's WQEs placed at
+ * the reported slots. */
+typedef struct {
+    dion__mlx5_sq_t sq;
+    uint64_t head;
+    op_t ops[64];
+    uint64_t slot[64];
+    uint32_t used[64];
+} par_t;
+
+static void par_thread(void *arg)
+{
+    par_t *p = (par_t *)arg;
+    uint32_t t = dion__block_index() * 32 + dion__block_thread();
+    const op_t *o = &p->ops[t];
+    uint32_t n = dion__mlx5_wqebbs(o->kind == K_INLINE ? dion__mlx5_inline_ds(o->len) : ref_ds(o));
+    dion__mlx5_resv_t r = dion__mlx5_reserve(&p->head, n, DION_SCOPE_GPU);
+    p->slot[t] = r.slot;
+    p->used[t] = dion_post(&p->sq, (uint16_t)r.slot, o);
+}
+
+static void test_parallel_cpu(void)
+{
+    enum { NBB = 512 };
+    static par_t p;
+    static uint8_t mine[NBB * 64] __attribute__((aligned(64))), ref[NBB * 64];
+    for (int round = 0; round < 20; round++) {
+        uint64_t start = 0xff80 + rnd() % 64, sum = 0;
+        for (int i = 0; i < NBB * 64; i++) mine[i] = ref[i] = (uint8_t)rnd();
+        p.sq = (dion__mlx5_sq_t){mine, NBB - 1, (uint32_t)rnd() & 0xffffff};
+        p.head = start;
+        for (int t = 0; t < 64; t++) {
+            random_op(&p.ops[t], (int)(rnd() % K_KINDS), 200);
+            sum += (ref_ds(&p.ops[t]) * 16 + 63) / 64;
+        }
+        CHECK(dion_cpu_launch(2, 32, par_thread, &p) == DION_SUCCESS, "dion_cpu_launch: %s",
+              dion_last_error());
+        CHECK(p.head == start + sum, "producer %llu, want %llu", (unsigned long long)p.head,
+              (unsigned long long)(start + sum));
+        uint8_t owner[256] = {0}; /* which thread + 1 owns each WQEBB of [start, start + sum) */
+        for (int t = 0; t < 64; t++) {
+            uint32_t want = (ref_ds(&p.ops[t]) * 16 + 63) / 64;
+            CHECK(p.used[t] == want && p.slot[t] >= start && p.slot[t] + want <= start + sum,
+                  "thread %d slot", t);
+            for (uint32_t k = 0; k < want && p.slot[t] + k - start < sizeof owner; k++) {
+                CHECK(!owner[p.slot[t] + k - start], "WQEBB %llu reserved twice",
+                      (unsigned long long)(p.slot[t] + k));
+                owner[p.slot[t] + k - start] = (uint8_t)(t + 1);
+            }
+        }
+        for (int t = 0; t < 64; t++) ref_post(ref, NBB, (uint16_t)p.slot[t], p.sq.qpn, &p.ops[t]);
+        if (memcmp(mine, ref, sizeof mine) != 0) {
+            CHECK(0, "round %d: the ring built by 64 threads at once differs", round);
+            hexdump_diff(mine, ref, sizeof mine);
+        }
+    }
+}
+
 /* ---- DEVX layouts ---- */
 
 static void test_devx(void)
@@ -613,6 +673,7 @@ int main(void)
     test_cqe();
     test_syndromes();
     test_reserve();
+    test_parallel_cpu();
     test_devx();
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
