@@ -122,7 +122,7 @@ env_slurm | env_ompi | env_torch | env_noroot)
     case "$CASE" in
     env_slurm) vars='SLURM_PROCID=$DION_RANK SLURM_NTASKS=$DION_NRANKS SLURM_NNODES=$DION_NRANKS SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_LOCALID=0 DION_ROOT='$root ;;
     env_ompi) vars='OMPI_COMM_WORLD_RANK=$DION_RANK OMPI_COMM_WORLD_SIZE=$DION_NRANKS OMPI_COMM_WORLD_LOCAL_SIZE=1 OMPI_COMM_WORLD_LOCAL_RANK=0 PMIX_NAMESPACE=job42 DION_ROOT='$root ;;
-    env_torch) vars='RANK=$DION_RANK WORLD_SIZE=$DION_NRANKS LOCAL_RANK=0 MASTER_ADDR=10.231.0.1 MASTER_PORT=29554' ;;
+    env_torch) vars='RANK=$DION_RANK WORLD_SIZE=$DION_NRANKS LOCAL_RANK=0 MASTER_ADDR=10.231.0.1 MASTER_PORT=29554 TORCHELASTIC_RUN_ID=run42' ;;
     env_noroot) vars='SLURM_PROCID=$DION_RANK SLURM_NTASKS=$DION_NRANKS SLURM_NNODES=$DION_NRANKS SLURM_JOB_ID=4242' ;;
     esac
     run -n "$N" --hosts --timeout 100 bash -c \
@@ -163,9 +163,7 @@ p2p_forced)
     [ "$rc" -ne 124 ] || fail "the conformance suite hung (dionrun's timeout)"
     [ "$rc" -ne 0 ] || fail "the conformance suite passed across hosts with p2p forced"
     has "$ERR" "^dionrun: rank [0-9]+ \(pid [0-9]+\) exited with code" || fail "dionrun did not name the failed rank"
-    # dionrun stops the job at the first rank's exit, so one FAIL line is certain; every rank's own sentence
-    # was logged before dion_dev_create's agreement step let any rank return.
-    has "$ERR" "^FAIL rank [0-9]+ .*dion_dev_create" || fail "no rank reported its dion_dev_create failure"
+XX
     for ((r = 0; r < N; r++)); do
         names_peer_host "$r" || fail "rank $r logged no sentence naming itself and the unreachable rank's host"
     done
