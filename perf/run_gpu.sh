@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds DION for sm_90 and runs, on the GPU machine, in one go: the gpu-labelled tests (ranks sharing GPU 0
 # under MPS; one rank per GPU where there are several), compute-sanitizer (memcheck, racecheck), and the
-# benchmarks of DION, NVSHMEM and NCCL's LSA device API side by side. Logs and CSV go to $OUT.
+# benchmarks of DION, NVSHMEM and NCCL's LSA device API side by side; on request (STEPS) the proxy ring's
+# pickup latency, scripts/setup.sh run from a fresh copy, and p2p_bench under plain mpirun. Logs and CSV go
+# to $OUT.
 # Every step is bounded by its own timeout so that one hang cannot eat the whole run.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -79,6 +81,24 @@ if want sanitize; then # MPS clients cannot be sanitized: one rank per GPU, or a
     run sanitize_$tool 150 $B/dionrun -n $NS --timeout 140 compute-sanitizer --tool $tool --error-exitcode 9 \
       $B/tests/gpu/conformance_gpu all
   done
+fi
+if want proxyring; then # the proxy command ring: GPU-to-proxy pickup latency and post rate (no network)
+  [ -x $B/perf/proxy_ring_bench ] && CUDA_VISIBLE_DEVICES=0 run bench_proxy_ring 120 $B/perf/proxy_ring_bench \
+    --csv "$OUT/bench.csv" --label 1gpu
+fi
+if want setup; then # first contact: scripts/setup.sh run from a fresh copy of the tree, no manual step
+  rm -rf /tmp/dion-fresh && mkdir -p /tmp/dion-fresh
+  if git archive HEAD >/dev/null 2>&1; then git archive HEAD | tar -x -C /tmp/dion-fresh
+  else tar -c --exclude=./build --exclude=./.git . | tar -x -C /tmp/dion-fresh; fi
+  (cd /tmp/dion-fresh && CUDA_VISIBLE_DEVICES=0 run setup_run 420 scripts/setup.sh run)
+  grep -E '^gpu_pingpong: |put_signal_pingpong +block +65536' "$OUT/setup_run.log" | tee -a "$OUT/steps.log"
+fi
+if [ "$NGPU" -ge 2 ] && want mpirun; then # the GPU choice without dionrun: one rank per GPU under plain mpirun
+  run mpirun_bench 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x DION_LOG=info $B/perf/p2p_bench \
+    --tests signal,put_signal --csv "$OUT/mpirun.csv" --label 2gpu-mpirun
+  grep -E "comm ready|share GPU" "$OUT/mpirun_bench.log" | tee -a "$OUT/steps.log"
+  run dionrun_bench 120 $B/dionrun -n 2 $B/perf/p2p_bench --tests signal,put_signal --csv "$OUT/mpirun.csv" \
+    --label 2gpu-dionrun
 fi
 log "done"
 # at most 8 files come back: keep the CSVs and the step log apart, pack the rest
