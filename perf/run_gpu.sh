@@ -88,8 +88,8 @@ if want proxyring; then # the proxy command ring: GPU-to-proxy pickup latency an
 fi
 if want setup; then # first contact: scripts/setup.sh run from a fresh copy of the tree, no manual step
   rm -rf /tmp/dion-fresh && mkdir -p /tmp/dion-fresh
-  if git archive HEAD >/dev/null 2>&1; then git archive HEAD | tar -x -C /tmp/dion-fresh
-  else tar -c --exclude=./build --exclude=./.git . | tar -x -C /tmp/dion-fresh; fi
+  # the working tree as it is (its .git may not match it on a copied machine), without builds
+  tar -c --exclude=./build --exclude=./.git --exclude=./.deps . | tar -x -C /tmp/dion-fresh
   (cd /tmp/dion-fresh && CUDA_VISIBLE_DEVICES=0 run setup_run 420 scripts/setup.sh run)
   grep -E '^gpu_pingpong: |put_signal_pingpong +block +65536' "$OUT/setup_run.log" | tee -a "$OUT/steps.log"
 fi
