@@ -16,6 +16,7 @@ foreach(prov tcp shm)
               ENV "DION_OFI_ORDER=${order};DION_OFI_OP_TIMEOUT=3s")
   endforeach()
 endforeach()
+dion_test(NAME engine_ofi_missing COMMAND test_engine_ofi missing LABELS "host;cpu" TIMEOUT 60)
 # libfabric 1.17's shm (the CI machine's) loses completions or lets a completed put be overwritten in about 1 run
 # of 4 here (docs/backends.md, proxy/ofi quirks), so its tests are listed but disabled; run them by hand with
 # build/default/tests/cpu/test_engine_ofi shm 3 under DION_OFI_OP_TIMEOUT=3s.

@@ -701,8 +701,36 @@ static void rank_main(int rank, int n, const dion_unique_id_t *id)
     if (rank == 0) printf("ok: %d ranks\n", n);
 }
 
+/* Refusals name what is missing: a library that does not load, a provider that does not exist. */
+static int mode_missing(void)
+{
+    char why[512];
+    dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
+    /* the library is loaded once per process: a child tries a missing one before this process loads any */
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("DION_OFI_LIBRARY", "libfabric-missing.so.9", 1);
+        dion_status_t s2 = E->open(&oa, &g_e, why, sizeof why);
+        if (s2 != DION_ERR_UNSUPPORTED || !strstr(why, "libfabric-missing.so.9") || !strstr(why, "install"))
+            FAIL("missing library: %s: '%s'", dion_status_string(s2), why);
+        printf("missing library: %s\n", why);
+        fflush(stdout);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
+    setenv("DION_OFI_PROVIDER", "no_such_provider", 1);
+    dion_status_t s = E->open(&oa, &g_e, why, sizeof why);
+    if (s != DION_ERR_UNSUPPORTED || !strstr(why, "no_such_provider") || !strstr(why, "DION_OFI_PROVIDER"))
+        FAIL("unknown provider: %s: '%s'", dion_status_string(s), why);
+    printf("unknown provider: %s\n", why);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "missing")) return mode_missing();
     if (argc < 3) {
         fprintf(stderr, "usage: test_engine_ofi PROVIDER NRANKS\n");
         return 2;

@@ -831,12 +831,16 @@ static dion_status_t err_status(int err)
     }
 }
 
-static const char *err_hint(dion_status_t s)
+static const char *err_hint(dion_status_t s, int err)
 {
     if (s == DION_ERR_REMOTE_ACCESS)
         return "the target refused the access: check the remote key and that offset+size lie inside the "
                "peer's window";
     if (s == DION_ERR_PEER_FAILED) return "the peer is unreachable or its process ended";
+    if (err == FI_ECANCELED)
+        return "the provider dropped the connection or the operation (tcp does so after the target refused "
+               "an "
+               "access: check the remote key and bounds)";
     return "see the provider's message";
 }
 
@@ -919,7 +923,8 @@ static int ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
             snprintf(c->why, sizeof c->why,
                      "%s of %zu bytes to rank %d at offset %llu (key %#llx) failed: %s%s%s; %s", op_name(o),
                      o->bytes, o->peer, (unsigned long long)o->roff, (unsigned long long)o->rkey,
-                     e->fi->strerror(err.err), ps && *ps ? " / " : "", ps ? ps : "", err_hint(c->status));
+                     e->fi->strerror(err.err), ps && *ps ? " / " : "", ps ? ps : "",
+                     err_hint(c->status, err.err));
             retire(e, o);
             continue;
         }
