@@ -21,3 +21,10 @@ dion_test(NAME engine_ofi_missing COMMAND test_engine_ofi missing LABELS "host;c
 # of 4 here (docs/backends.md, proxy/ofi quirks), so its tests are listed but disabled; run them by hand with
 # build/default/tests/cpu/test_engine_ofi shm 3 under DION_OFI_OP_TIMEOUT=3s.
 set_tests_properties(engine_ofi_shm_2 engine_ofi_shm_3 engine_ofi_shm_3_msg_order PROPERTIES DISABLED TRUE)
+
+# GPU memory through the engine (FI_HMEM where the provider has it, else the "needs staging" refusal). Needs a GPU.
+add_executable(test_engine_ofi_gpu ${CMAKE_CURRENT_SOURCE_DIR}/test_engine_ofi_gpu.c)
+target_link_libraries(test_engine_ofi_gpu PRIVATE dion_internal)
+foreach(prov tcp shm)
+  dion_test(NAME engine_ofi_gpu_${prov} COMMAND test_engine_ofi_gpu ${prov} LABELS gpu TIMEOUT 60)
+endforeach()

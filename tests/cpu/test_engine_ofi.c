@@ -701,7 +701,8 @@ static void rank_main(int rank, int n, const dion_unique_id_t *id)
     if (rank == 0) printf("ok: %d ranks\n", n);
 }
 
-/* Refusals name what is missing: a library that does not load, a provider that does not exist. */
+/* Refusals name what is missing: a library that does not load, GPU memory without FI_HMEM, a provider that
+ * does not exist. */
 static int mode_missing(void)
 {
     char why[512];
@@ -720,6 +721,21 @@ static int mode_missing(void)
     int status = 0;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 1;
+    /* GPU memory on an engine opened without GPU support is refused with "needs staging", before any
+     * registration (so host memory stands in for it here) */
+    setenv("DION_OFI_PROVIDER", "tcp", 1);
+    if (E->open(&oa, &g_e, why, sizeof why) == DION_SUCCESS) {
+        static char fake_gpu[4096];
+        dion__engine_mr_t *mr = NULL;
+        dion__engine_rkey_t rk;
+        dion_status_t s1 = E->mem_reg(g_e, fake_gpu, sizeof fake_gpu, DION__ENGINE_MEM_CUDA, &mr, &rk);
+        if (s1 != DION_ERR_UNSUPPORTED || !strstr(dion_last_error(), "staging"))
+            FAIL("GPU memory without FI_HMEM: %s: %s", dion_status_string(s1), dion_last_error());
+        printf("GPU memory without FI_HMEM: %s\n", dion_last_error());
+        E->close(g_e);
+    } else {
+        printf("tcp provider unavailable (%s); GPU refusal not checked\n", why);
+    }
     setenv("DION_OFI_PROVIDER", "no_such_provider", 1);
     dion_status_t s = E->open(&oa, &g_e, why, sizeof why);
     if (s != DION_ERR_UNSUPPORTED || !strstr(why, "no_such_provider") || !strstr(why, "DION_OFI_PROVIDER"))
