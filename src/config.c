@@ -75,8 +75,7 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"DION_OFI_PROVIDER", DION_CFG_STRING, NULL, NULL,
      "libfabric provider for the ofi engine (e.g. efa, cxi, verbs;ofi_rxm, tcp, shm). Unset: the best that "
      "fi_getinfo offers with RDM endpoints, RMA and atomics, in the order efa, cxi, verbs;ofi_rxm, psm3, "
-     "opx, "
-     "tcp, shm, sockets.",
+     "opx, tcp, shm; others (sockets, udp;ofi_rxd) only when named.",
      NULL},
     {"DION_OFI_DOMAIN", DION_CFG_STRING, NULL, NULL,
      "libfabric domain (NIC or interface, e.g. eth0, lo) within the provider; unset: the first it lists.",

@@ -117,8 +117,8 @@ static const char *prov_name(const struct fi_info *i)
 /* Lower is better; the order of issue 8: hardware NICs first, then tcp, then shared memory. */
 static int prov_rank(const char *p)
 {
-    static const char *const pref[] = {"efa", "cxi",         "verbs;ofi_rxm", "psm3",   "opx",
-                                       "tcp", "tcp;ofi_rxm", "shm",           "sockets"};
+    static const char *const pref[] = {"efa", "cxi", "verbs;ofi_rxm", "psm3",
+                                       "opx", "tcp", "tcp;ofi_rxm",   "shm"};
     for (size_t i = 0; i < sizeof pref / sizeof pref[0]; i++)
         if (!strcmp(p, pref[i])) return (int)i;
     return 100;
@@ -179,8 +179,11 @@ static struct fi_info *try_getinfo(dion__engine_t *e, const want_t *w, const cha
     if (dom) hints->domain_attr->name = strdup(dom);
     if (e->fi->getinfo(e->api, NULL, NULL, 0, hints, &list) == 0) {
         struct fi_info *pick = NULL;
-        for (struct fi_info *i = list; i; i = i->next)
+        for (struct fi_info *i = list; i; i = i->next) {
+            /* deprecated providers whose atomics fail here (sockets) are used only when named */
+            if (!prov && prov_rank(prov_name(i)) >= 100) continue;
             if (!pick || prov_rank(prov_name(i)) < prov_rank(prov_name(pick))) pick = i;
+        }
         if (pick) best = e->fi->dupinfo(pick);
     }
     if (list) e->fi->freeinfo(list);
