@@ -11,7 +11,8 @@
  *    overlapping locations, so auto uses this only for providers whose data placement is known to follow
  *    header order (tcp: one byte stream per peer, a write's payload is in memory before the next header is
  *    read). Where a needed bit is missing the operation is held as in wait.
- *  - fence: the provider has FI_FENCE; the ordered operation carries it when earlier ones are in flight.
+ *  - fence: the provider has FI_FENCE; the ordered operation carries it when earlier ones are in flight. Only
+ *    when DION_OFI_ORDER=fence: the one provider here with FI_FENCE (sockets) stalled with it.
  *  - wait: the ordered operation is held in a per-peer queue until every earlier operation to that peer has
  *    completed (delivery complete where the provider has it), then posted from poll. Costs a round trip. */
 #include <errno.h>
@@ -214,7 +215,7 @@ static dion_status_t choose(dion__engine_t *e, int want_cuda, int order_env, cha
     snprintf(dname, sizeof dname, "%s",
              found->domain_attr && found->domain_attr->name ? found->domain_attr->name : "");
     int tcp = !strncmp(pname, "tcp", 3);
-    int fence_first = order_env == ORDER_FENCE || (order_env < 0 && !tcp);
+    int fence_first = order_env == ORDER_FENCE; /* FI_FENCE is used only when asked for: see auto below */
     /* Refine on that provider: ask for what helps, drop it again when refused. */
     static const uint64_t orders[] = {FI_ORDER_WAW | FI_ORDER_RAW | FI_ORDER_WAR | FI_ORDER_RAR,
                                       FI_ORDER_WAW | FI_ORDER_RAW, FI_ORDER_WAW, 0};
@@ -240,7 +241,7 @@ static dion_status_t choose(dion__engine_t *e, int want_cuda, int order_env, cha
     if (order_env >= 0)
         e->order = order_env == ORDER_FENCE && !fence_ok ? ORDER_WAIT : order_env;
     else
-        e->order = tcp ? ORDER_MSG : fence_ok ? ORDER_FENCE : ORDER_WAIT;
+        e->order = tcp ? ORDER_MSG : ORDER_WAIT; /* fence: not yet seen working on any provider (docs) */
     /* libfabric 1.17's shm crashes in its progress engine when fi_atomicmsg carries FI_DELIVERY_COMPLETE
      * (seen here), and without it an add or set completes before the target applied it. Fetching atomics
      * complete only once applied (fi_atomic(3)), so there add and set go as fetching atomics. Also where
