@@ -78,7 +78,7 @@ typedef struct {
     uint64_t value;
 } rec_t;
 static rec_t *g_rec;
-static char g_err_why[8][200];
+static char g_err_why[8][320];
 static uint64_t g_err_cookie[8];
 static int g_nerr, g_err_allowed;
 

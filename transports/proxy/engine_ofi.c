@@ -400,8 +400,10 @@ static void ofi_close(dion__engine_t *e)
     if (e->ep)
         DION_LOG(DION_LOG_INFO, "ofi: closing; %llu posts had to wait for provider resources",
                  (unsigned long long)e->busy_posts);
-    if (e->ep) fi_close(&e->ep->fid);
+    /* bound objects before what they are bound to: MRs (FI_MR_ENDPOINT) before the endpoint, the endpoint
+     * before its queues and address vector */
     if (e->ops_mr.mr) fi_close(&e->ops_mr.mr->fid);
+    if (e->ep) fi_close(&e->ep->fid);
     if (e->cq) fi_close(&e->cq->fid);
     if (e->av) fi_close(&e->av->fid);
     if (e->domain) fi_close(&e->domain->fid);
@@ -838,8 +840,8 @@ static dion_status_t err_status(int err)
 static const char *err_hint(dion_status_t s, int err)
 {
     if (s == DION_ERR_REMOTE_ACCESS)
-        return "the target refused the access: check the remote key and that offset+size lie inside the "
-               "peer's window";
+        return "the target refused the access: check the remote key, and offset+size against the peer's "
+               "window";
     if (s == DION_ERR_PEER_FAILED) return "the peer is unreachable or its process ended";
     if (err == FI_ECANCELED)
         return "the provider dropped the connection or the operation (tcp does so after the target refused "
@@ -946,7 +948,10 @@ static int ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
             }
             dion__engine_cqe_t *c = &out[n++];
             c->cookie = o->cookie;
-            c->value = o->result;
+            c->value = o->kind == OP_AMO &&
+                               (o->amo == DION__ENGINE_AMO_FETCH_ADD || o->amo == DION__ENGINE_AMO_CSWAP)
+                           ? o->result
+                           : 0;
             c->peer = o->peer;
             c->status = DION_SUCCESS;
             c->why[0] = 0;
