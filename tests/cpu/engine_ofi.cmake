@@ -22,6 +22,8 @@ foreach(prov tcp shm)
 endforeach()
 dion_test(NAME engine_ofi_auto_2 COMMAND test_engine_ofi auto 2 LABELS "host;cpu" TIMEOUT 200
           ENV "DION_OFI_OP_TIMEOUT=20s")
+dion_test(NAME engine_ofi_staging COMMAND test_engine_ofi stage LABELS "host;cpu" TIMEOUT 120
+          ENV "DION_OFI_OP_TIMEOUT=20s")
 dion_test(NAME engine_ofi_missing COMMAND test_engine_ofi missing LABELS "host;cpu" TIMEOUT 60)
 
 # GPU memory through the engine (FI_HMEM where the provider has it, else the "needs staging" refusal). Needs a GPU.
