@@ -374,11 +374,13 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         if ((rc = mr_register(e, e->ops, bytes, DION__ENGINE_MEM_HOST, &e->ops_mr))) goto fi_err;
     }
     DION_LOG(DION_LOG_INFO,
-             "ofi: provider %s, domain %s, libfabric %u.%u (%s), order %s, %s completion, mr_mode %#llx, "
+             "ofi: provider %s, domain %s, libfabric %u.%u (%s), order %s (msg_order %#llx), %s completion, "
+             "mr_mode %#llx, "
              "GPU memory %s, %u slots",
              prov_name(i), i->domain_attr->name ? i->domain_attr->name : "?", FI_MAJOR(lib), FI_MINOR(lib),
-             fi->path, order_names[e->order], e->delivered ? "delivery" : "transmit",
-             (unsigned long long)e->mr_mode, e->cuda_mem ? "registered (FI_HMEM)" : "staged", nops);
+             fi->path, order_names[e->order], (unsigned long long)e->msg_order,
+             e->delivered ? "delivery" : "transmit", (unsigned long long)e->mr_mode,
+             e->cuda_mem ? "registered (FI_HMEM)" : "staged", nops);
     *out = e;
     return DION_SUCCESS;
 
