@@ -85,14 +85,15 @@ size_t dion__stage_slot_bytes(const dion__stage_t *s)
     return s->slot_bytes;
 }
 
-static dion_status_t copy(dion__stage_t *s, void *dst, const void *src, size_t bytes,
-                          enum cudaMemcpyKind kind, const char *what)
+/* cudaMemcpyDefault: the direction comes from the pointers (unified addressing), so host memory given by a
+ * caller in CPU mode on a GPU machine is copied correctly too. */
+static dion_status_t copy(dion__stage_t *s, void *dst, const void *src, size_t bytes, const char *what)
 {
     if (!s->gpu) {
         memcpy(dst, src, bytes);
         return DION_SUCCESS;
     }
-    cudaError_t ce = cudaMemcpyAsync(dst, src, bytes, kind, s->stream);
+    cudaError_t ce = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->stream);
     if (ce == cudaSuccess) ce = cudaStreamSynchronize(s->stream);
     return ce == cudaSuccess ? DION_SUCCESS : dion__cuda_check(ce, what);
 }
@@ -110,7 +111,7 @@ dion_status_t dion__stage_in(dion__stage_t *s, int slot, const void *src, size_t
 {
     dion_status_t st = check_slot(s, slot, bytes);
     if (st != DION_SUCCESS) return st;
-    return copy(s, s->mem + (size_t)slot * s->slot_bytes, src, bytes, cudaMemcpyDeviceToHost,
+    return copy(s, s->mem + (size_t)slot * s->slot_bytes, src, bytes,
                 "staging GPU memory into a bounce buffer");
 }
 
@@ -118,7 +119,7 @@ dion_status_t dion__stage_out(dion__stage_t *s, int slot, void *dst, size_t byte
 {
     dion_status_t st = check_slot(s, slot, bytes);
     if (st != DION_SUCCESS) return st;
-    return copy(s, dst, s->mem + (size_t)slot * s->slot_bytes, bytes, cudaMemcpyHostToDevice,
+    return copy(s, dst, s->mem + (size_t)slot * s->slot_bytes, bytes,
                 "copying a bounce buffer into GPU memory");
 }
 
