@@ -55,6 +55,36 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      NULL},
     {"DION_TMPDIR", DION_CFG_STRING, "/tmp", NULL,
      "Folder for the rendezvous file that env initialization uses when no root address is given.", NULL},
+    /* proxy/verbs engine (rdma-core) */
+    {"DION_IB_HCA", DION_CFG_STRING, NULL, NULL,
+     "RDMA device for proxy/verbs (as ibv_devices lists it, e.g. mlx5_0), optionally with :port (mlx5_0:1). "
+     "Unset: the first device with an ACTIVE port.",
+     NULL},
+    {"DION_IB_PORT", DION_CFG_INT, "0", NULL,
+     "Port of the RDMA device for proxy/verbs; 0: the first ACTIVE port. Range 0 to 255.", NULL},
+    {"DION_IB_GID_INDEX", DION_CFG_INT, "-1", NULL,
+     "GID table index for proxy/verbs. -1: RoCE picks a RoCE v2 IPv4-mapped GID, else a RoCE v2 IPv6 one, "
+     "else RoCE v1; InfiniBand addresses by LID. A value forces that GID (with a GRH on InfiniBand).",
+     NULL},
+    {"DION_IB_TIMEOUT", DION_CFG_INT, "20", NULL,
+     "proxy/verbs QP transport timeout exponent: each retry waits 4.096 us * 2^value (20: about 4.3 s). "
+     "Range 1 to 31.",
+     NULL},
+    {"DION_IB_RETRY_CNT", DION_CFG_INT, "7", NULL,
+     "proxy/verbs QP transport retries before an operation fails with 'retry counter exceeded'. Range 0 to "
+     "7.",
+     NULL},
+    {"DION_IB_SL", DION_CFG_INT, "0", NULL, "proxy/verbs InfiniBand service level. Range 0 to 15.", NULL},
+    {"DION_IB_TC", DION_CFG_INT, "0", NULL,
+     "proxy/verbs traffic class in the GRH (RoCE: the DSCP/ECN byte). Range 0 to 255.", NULL},
+    {"DION_IB_QP_DEPTH", DION_CFG_INT, "256", NULL,
+     "proxy/verbs send-queue depth of each (context, peer) QP: operations in flight per peer and context. "
+     "Range 16 to 32768.",
+     NULL},
+    {"DION_IB_CQ_DEPTH", DION_CFG_INT, "4096", NULL,
+     "proxy/verbs completion-queue depth of each context: operations in flight per context over all peers. "
+     "Range 64 to 4194304.",
+     NULL},
     /* bootstrap */
     {"DION_BOOTSTRAP_TIMEOUT", DION_CFG_DURATION, "60s", NULL,
      "Bound on every bootstrap wait: connecting to the root and to ring neighbours, and each collective.",
