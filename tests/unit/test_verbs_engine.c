@@ -82,10 +82,12 @@ static void test_roce(const char *lib, fake_ibv_ctl_t *ctl)
         CHECK(a->qp_state == (enum ibv_qp_state)(IBV_QPS_INIT + before), "QP 0x%x transition %d to state %d",
               ctl->modify[i].qpn, before, a->qp_state);
         if (a->qp_state == IBV_QPS_RTR)
-            CHECK(a->ah_attr.is_global && a->ah_attr.grh.sgid_index == 3 && a->ah_attr.grh.dgid.raw[10] == 0xff &&
-                      a->ah_attr.grh.dgid.raw[12] == 10 && a->path_mtu == IBV_MTU_4096,
+            CHECK(a->ah_attr.is_global && a->ah_attr.grh.sgid_index == 3 &&
+                      a->ah_attr.grh.dgid.raw[10] == 0xff && a->ah_attr.grh.dgid.raw[12] == 10 &&
+                      a->path_mtu == IBV_MTU_4096,
                   "RTR %d: GRH towards the peer's RoCE v2 GID", i);
-        if (a->qp_state == IBV_QPS_RTS) CHECK(a->max_rd_atomic == 8, "RTS initiator depth %d", a->max_rd_atomic);
+        if (a->qp_state == IBV_QPS_RTS)
+            CHECK(a->max_rd_atomic == 8, "RTS initiator depth %d", a->max_rd_atomic);
     }
 
     enum { N = 1 << 16 };
@@ -174,21 +176,29 @@ static void test_roce(const char *lib, fake_ibv_ctl_t *ctl)
     dion__verbs_post_put(v, 0, 1, l, 8, kdst.addr, kdst.rkey, DION__VERBS_ORDERED, 1002);
     dion__verbs_post_put_signal(v, 0, 1, l, 0, 0, 0, ksig.addr + 16, ksig.rkey, DION__VERBS_SIG_SET, 3, 0,
                                 1003);
+    dion__verbs_post_put_signal(v, 0, 1, l, 0, 0, 0, ksig.addr + 32, ksig.rkey, DION__VERBS_SIG_ADD, 4, 0,
+                                1004);
     CHECK(!(ctl->wr[w0 + 1].flags & IBV_SEND_FENCE) && (ctl->wr[w0 + 2].flags & IBV_SEND_FENCE) &&
               (ctl->wr[w0 + 3].flags & IBV_SEND_FENCE),
           "fences behind a READ: 0x%x 0x%x 0x%x", ctl->wr[w0 + 1].flags, ctl->wr[w0 + 2].flags,
           ctl->wr[w0 + 3].flags);
-    CHECK(drain(v, 0, cq, 4) == 4 && cq[0].cookie == 1000 && cq[3].cookie == 1003, "get and puts complete");
-    CHECK(!memcmp(src + 8192, dst + 1024, 256) && sig[2] == 3, "get data and lone SET signal");
+    CHECK(ctl->wr[w0 + 4].opcode == IBV_WR_ATOMIC_FETCH_AND_ADD && (ctl->wr[w0 + 4].flags & IBV_SEND_FENCE),
+          "a lone ADD signal behind a READ is fenced: 0x%x", ctl->wr[w0 + 4].flags);
+    CHECK(drain(v, 0, cq, 5) == 5 && cq[0].cookie == 1000 && cq[3].cookie == 1003 && cq[4].cookie == 1004,
+          "get, puts and signals complete in order");
+    CHECK(!memcmp(src + 8192, dst + 1024, 256) && sig[2] == 3 && sig[4] == 4, "get data and lone signals");
     w0 = ctl->wr_count;
-    dion__verbs_post_put(v, 0, 1, l, 8, kdst.addr, kdst.rkey, DION__VERBS_ORDERED, 1004);
-    CHECK(!(ctl->wr[w0].flags & IBV_SEND_FENCE), "no fence once the READ completed");
-    drain(v, 0, cq, 1);
+    dion__verbs_post_put(v, 0, 1, l, 8, kdst.addr, kdst.rkey, DION__VERBS_ORDERED, 1005);
+    dion__verbs_post_put_signal(v, 0, 1, l, 0, 0, 0, ksig.addr + 32, ksig.rkey, DION__VERBS_SIG_ADD, 1, 0,
+                                1006);
+    CHECK(!(ctl->wr[w0].flags & IBV_SEND_FENCE) && !(ctl->wr[w0 + 1].flags & IBV_SEND_FENCE),
+          "no fence once the READ completed");
+    drain(v, 0, cq, 2);
 
     /* Atomics with their old values. */
     sig[3] = 40;
-    CHECK(dion__verbs_post_atomic(v, 1, 1, DION__VERBS_FADD, lres, ksig.addr + 24, ksig.rkey, 2, 0, 0, 2000) ==
-              DION_SUCCESS,
+    CHECK(dion__verbs_post_atomic(v, 1, 1, DION__VERBS_FADD, lres, ksig.addr + 24, ksig.rkey, 2, 0, 0,
+                                  2000) == DION_SUCCESS,
           "fetch-add: %s", dion_last_error());
     CHECK(drain(v, 1, cq, 1) == 1 && res[0] == 40 && sig[3] == 42, "fetch-add old %llu new %llu",
           (unsigned long long)res[0], (unsigned long long)sig[3]);

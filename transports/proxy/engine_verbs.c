@@ -553,9 +553,7 @@ static dion_status_t post_chain(dion__verbs_t *v, vqp_t *q, dion__verbs_wr_t *w,
                  w[i].wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
         *s = (slot_t){.cookie = cookie, .op = ops[i], .report = i == n - 1, .rd_atomic = (uint8_t)ra};
         w[i].wr.wr_id = ((uint64_t)(q->ctx * v->npeers + q->peer) << 32) | idx;
-        w[i].wr.send_flags |= IBV_SEND_SIGNALED;
-        /* A fence stalls this WR (and so everything after it) until earlier READs/ATOMICs completed. */
-        w[i].wr.send_flags |= dion__verbs_fence_flag(w[i].wr.opcode, i ? DION__VERBS_ORDERED : 0, rd_atomic);
+        w[i].wr.send_flags |= IBV_SEND_SIGNALED; /* fences were decided by the callers' builders */
         rd_atomic += ra;
         w[i].wr.next = i + 1 < n ? &w[i + 1].wr : NULL;
     }
@@ -610,16 +608,18 @@ dion_status_t dion__verbs_post_put_signal(dion__verbs_t *v, int ctx, int peer, d
                              dion__verbs_fence_flag(IBV_WR_RDMA_WRITE, flags, q->rd_atomic_out));
         ops[n++] = OP_PUT_DATA;
     }
-    /* The signal follows the data on the same QP: a later request never passes an earlier WRITE, so it needs
-     * no fence for the data; a SET WRITE still needs one after earlier READs/ATOMICs (post_chain adds it). */
+    /* The signal follows the data on the same QP: no later request passes an earlier WRITE, so the data needs
+     * no fence. A signal releases everything earlier, so it is fenced while a READ or ATOMIC posted before it
+     * is outstanding (the data WRITE adds none). */
     if (sig_op == DION__VERBS_SIG_ADD) {
-        dion__verbs_wr_atomic(&w[n], 0, DION__VERBS_FADD, (uintptr_t)&v->scratch[ctx], v->scratch_mr->lkey,
-                              sig_raddr, sig_rkey, value, 0, 0);
+        dion__verbs_wr_atomic(
+            &w[n], 0, DION__VERBS_FADD, (uintptr_t)&v->scratch[ctx], v->scratch_mr->lkey, sig_raddr, sig_rkey,
+            value, 0,
+            dion__verbs_fence_flag(IBV_WR_ATOMIC_FETCH_AND_ADD, DION__VERBS_ORDERED, q->rd_atomic_out));
         ops[n++] = OP_SIG_ADD;
     } else {
-        dion__verbs_wr_set(
-            &w[n], 0, value, sig_raddr, sig_rkey,
-            n ? 0 : dion__verbs_fence_flag(IBV_WR_RDMA_WRITE, flags | DION__VERBS_ORDERED, q->rd_atomic_out));
+        dion__verbs_wr_set(&w[n], 0, value, sig_raddr, sig_rkey,
+                           dion__verbs_fence_flag(IBV_WR_RDMA_WRITE, DION__VERBS_ORDERED, q->rd_atomic_out));
         ops[n++] = OP_SIG_SET;
     }
     return post_chain(v, q, w, ops, n, cookie);
@@ -634,7 +634,7 @@ dion_status_t dion__verbs_post_get(dion__verbs_t *v, int ctx, int peer, dion__ve
     dion__verbs_wr_t w;
     dion__verbs_wr_read(&w, 0, dst.addr, dst.lkey, bytes, raddr, rkey, 0);
     uint8_t op = OP_GET;
-    (void)flags; /* a READ never passes earlier WRITEs, READs or ATOMICs of its QP */
+    (void)flags; /* a READ needs no fence (dion__verbs_fence_flag) */
     return post_chain(v, q, &w, &op, 1, cookie);
 }
 
@@ -650,9 +650,9 @@ dion_status_t dion__verbs_post_atomic(dion__verbs_t *v, int ctx, int peer, int o
             "proxy/verbs: atomic at rank %d address 0x%llx (result 0x%llx) is not 8-byte aligned", peer,
             (unsigned long long)raddr, (unsigned long long)result.addr);
     dion__verbs_wr_t w;
-    dion__verbs_wr_atomic(&w, 0, op, result.addr, result.lkey, raddr, rkey, operand, compare, 0);
+    dion__verbs_wr_atomic(&w, 0, op, result.addr, result.lkey, raddr, rkey, operand, compare,
+                          dion__verbs_fence_flag(IBV_WR_ATOMIC_FETCH_AND_ADD, flags, q->rd_atomic_out));
     uint8_t o = op == DION__VERBS_CSWAP ? OP_CSWAP : OP_FADD;
-    (void)flags; /* an ATOMIC never passes earlier requests of its QP */
     return post_chain(v, q, &w, &o, 1, cookie);
 }
 

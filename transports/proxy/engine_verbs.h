@@ -7,12 +7,13 @@
  * Posting to and polling a context must come from one thread at a time per context (the proxy thread that
  * owns it); different contexts may be driven by different threads at once.
  *
- * Ordering (IBA vol. 1 section 10.8.3.3 and the work-request ordering table, o10-...): on one RC QP the
- * responder executes requests in order, and a later request of any kind does not pass an earlier RDMA WRITE;
- * a later WRITE (or SEND) may pass an earlier RDMA READ or ATOMIC, unless it carries the fence indicator.
- * So put_signal = WRITE(data) then ATOMIC or 8-byte WRITE(signal) on the same QP needs no fence, and the
- * engine sets IBV_SEND_FENCE only on a WRITE that must be ordered (DION__VERBS_ORDERED) while a READ or
- * ATOMIC posted earlier on that QP has not completed. Memory is never registered with relaxed ordering. */
+ * Ordering (IBA vol. 1, the RC work-request ordering rules, and the fence indicator of ibv_post_send(3)): on
+ * one RC QP a later request of any kind does not pass an earlier RDMA WRITE or SEND; a later WRITE, SEND or
+ * ATOMIC may pass an earlier RDMA READ or ATOMIC unless it carries the fence indicator, which holds it until
+ * every earlier READ and ATOMIC of the QP completed. So put_signal = WRITE(data) then ATOMIC or 8-byte
+ * WRITE(signal) on the same QP needs no fence for its data; IBV_SEND_FENCE goes only on a WRITE or ATOMIC
+ * that must be ordered (signals, DION__VERBS_ORDERED) while a READ or ATOMIC posted earlier on that QP has
+ * not completed. Memory is never registered with relaxed ordering. */
 #ifndef DION_ENGINE_VERBS_H
 #define DION_ENGINE_VERBS_H
 
@@ -202,8 +203,8 @@ void dion__verbs_wr_atomic(dion__verbs_wr_t *w, uint64_t wr_id, int op, uint64_t
 /* SET signal: an 8-byte RDMA WRITE of value, inline (IBV_SEND_INLINE is added). */
 void dion__verbs_wr_set(dion__verbs_wr_t *w, uint64_t wr_id, uint64_t value, uint64_t raddr, uint32_t rkey,
                         unsigned send_flags);
-/* IBV_SEND_FENCE when a WR of this opcode, asked to be ordered, could pass earlier READs/ATOMICs still
- * outstanding on its QP; 0 otherwise. */
+/* IBV_SEND_FENCE when a WR of this opcode (WRITE, SEND or ATOMIC), asked to be ordered, could pass earlier
+ * READs/ATOMICs still outstanding on its QP; 0 otherwise. */
 unsigned dion__verbs_fence_flag(enum ibv_wr_opcode op, unsigned flags, unsigned rd_atomic_outstanding);
 
 /* A completion turned into a status and a sentence naming the operation, the peer, the QP numbers in hex,

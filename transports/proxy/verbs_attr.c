@@ -303,9 +303,11 @@ unsigned dion__verbs_fence_flag(enum ibv_wr_opcode op, unsigned flags, unsigned 
     case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
         return IBV_SEND_FENCE; /* may pass an earlier READ/ATOMIC without it */
     default:
-        return 0; /* READ and ATOMIC stay behind earlier READs, ATOMICs and WRITEs */
+        return 0; /* a READ is not reordered with earlier requests that matter to it */
     }
 }
 
