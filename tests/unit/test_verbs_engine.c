@@ -288,7 +288,8 @@ static void test_choice(const char *lib, fake_ibv_ctl_t *ctl)
     ctl->port2_state = IBV_PORT_ACTIVE;
     setenv("DION_IB_HCA", "nosuch", 1);
     CHECK(dion__verbs_open(&a, &v) == DION_ERR_INVALID_ARG &&
-              strstr(dion_last_error(), "DION_IB_HCA=nosuch") && strstr(dion_last_error(), "fake_0"),
+              strstr(dion_last_error(), "DION_IB_HCA=nosuch") &&
+              strstr(dion_last_error(), "here are: fake_down fake_0"),
           "unknown HCA: %s", dion_last_error());
     setenv("DION_IB_HCA", "fake_down", 1);
     CHECK(dion__verbs_open(&a, &v) == DION_ERR_UNSUPPORTED &&

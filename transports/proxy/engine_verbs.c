@@ -2,6 +2,7 @@
  * completion polling over rdma-core. See engine_verbs.h for the contract and the ordering argument; the pure
  * pieces are in verbs_attr.c. Not yet run on an RDMA NIC: compiled and unit-tested only. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -131,10 +132,14 @@ static const char *port_state_name(enum ibv_port_state s)
     }
 }
 
-static void append(char *buf, size_t cap, const char *fmt, const char *a, unsigned b, const char *c)
+static void DION__PRINTF(3, 4) appendf(char *buf, size_t cap, const char *fmt, ...)
 {
     size_t len = strlen(buf);
-    if (len + 2 < cap) snprintf(buf + len, cap - len, fmt, a, b, c);
+    if (len + 2 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, cap - len, fmt, ap);
+    va_end(ap);
 }
 
 /* Opens dev and picks its port (cfg port, or the first ACTIVE one); 0 with v->dev/pattr/port set, else -1
@@ -144,12 +149,12 @@ static int try_device(dion__verbs_t *v, struct ibv_device *dev, char *seen, size
     const char *name = v->ibv.get_device_name(dev);
     struct ibv_context *c = v->ibv.open_device(dev);
     if (!c) {
-        append(seen, cap, "%s%u cannot be opened (%s)", name, 0, strerror(errno));
+        appendf(seen, cap, "%s cannot be opened (%s); ", name, strerror(errno));
         return -1;
     }
     struct ibv_device_attr da;
     if (v->ibv.query_device(c, &da)) {
-        append(seen, cap, "%s%u: ibv_query_device failed (%s)", name, 0, strerror(errno));
+        appendf(seen, cap, "%s: ibv_query_device failed (%s); ", name, strerror(errno));
         v->ibv.close_device(c);
         return -1;
     }
@@ -165,10 +170,11 @@ static int try_device(dion__verbs_t *v, struct ibv_device *dev, char *seen, size
             snprintf(v->devname, sizeof v->devname, "%s", name);
             return 0;
         }
-        append(seen, cap, "%s port %u %s; ", name, p, port_state_name(pa.state));
+        appendf(seen, cap, "%s port %u %s; ", name, p, port_state_name(pa.state));
     }
     if (v->cfg.port && (unsigned)v->cfg.port > da.phys_port_cnt)
-        append(seen, cap, "%s has %u port(s), DION_IB_PORT asks another%s; ", name, da.phys_port_cnt, "");
+        appendf(seen, cap, "%s has %u port(s), not port %d (DION_IB_PORT); ", name, da.phys_port_cnt,
+                v->cfg.port);
     v->ibv.close_device(c);
     return -1;
 }
@@ -200,7 +206,7 @@ static dion_status_t choose_device(dion__verbs_t *v)
     }
     char names[256] = "";
     for (int i = 0; i < n; i++)
-        append(names, sizeof names, "%s%u%s", v->ibv.get_device_name(list[i]), 0, " ");
+        appendf(names, sizeof names, "%s%s", i ? " " : "", v->ibv.get_device_name(list[i]));
     v->ibv.free_device_list(list);
     if (n == 0)
         return dion__error_set(

@@ -492,21 +492,18 @@ dion_status_t dion__verbs_reg_with(const dion__verbs_reg_ops_t *ops, struct ibv_
 
 /* ---- settings ---- */
 
-static dion_status_t cfg_int(const char *name, long long lo, long long hi, long long *v)
-{
-    return dion__cfg_int(name, lo, hi, v); /* its sentence names the variable and the range */
-}
-
 dion_status_t dion__verbs_cfg_read(dion__verbs_cfg_t *c)
 {
     long long port, gid, timeout, retry, sl, tc, sq, cq;
     memset(c, 0, sizeof *c);
     dion_status_t s;
-    if ((s = cfg_int("DION_IB_PORT", 0, 255, &port)) || (s = cfg_int("DION_IB_GID_INDEX", -1, 65535, &gid)) ||
-        (s = cfg_int("DION_IB_TIMEOUT", 1, 31, &timeout)) ||
-        (s = cfg_int("DION_IB_RETRY_CNT", 0, 7, &retry)) || (s = cfg_int("DION_IB_SL", 0, 15, &sl)) ||
-        (s = cfg_int("DION_IB_TC", 0, 255, &tc)) || (s = cfg_int("DION_IB_QP_DEPTH", 16, 32768, &sq)) ||
-        (s = cfg_int("DION_IB_CQ_DEPTH", 64, 1 << 22, &cq)))
+    if ((s = dion__cfg_int("DION_IB_PORT", 0, 255, &port)) ||
+        (s = dion__cfg_int("DION_IB_GID_INDEX", -1, 65535, &gid)) ||
+        (s = dion__cfg_int("DION_IB_TIMEOUT", 1, 31, &timeout)) ||
+        (s = dion__cfg_int("DION_IB_RETRY_CNT", 0, 7, &retry)) ||
+        (s = dion__cfg_int("DION_IB_SL", 0, 15, &sl)) || (s = dion__cfg_int("DION_IB_TC", 0, 255, &tc)) ||
+        (s = dion__cfg_int("DION_IB_QP_DEPTH", 16, 32768, &sq)) ||
+        (s = dion__cfg_int("DION_IB_CQ_DEPTH", 64, 1 << 22, &cq)))
         return s;
     const char *hca = dion__cfg_env("DION_IB_HCA");
     if (hca) {
