@@ -1,8 +1,10 @@
 /* The fake libibverbs of fake_ibverbs.h. Exports the entry points the engine's dlopen table asks for. The
  * parentheses around some names stop verbs.h's function-like macros of the same names. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fake_ibverbs.h"
 
@@ -247,8 +249,17 @@ EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t len, in
 EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova, int fd,
                                         int access)
 {
-    errno = EOPNOTSUPP;
-    return NULL;
+    ctl.dmabuf_calls++;
+    if (!ctl.dmabuf_ok) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    char path[64], target[256] = "";
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    ctl.dmabuf_fd_was_dmabuf = n > 0 && strstr(target, "dmabuf") != NULL;
+    ctl.dmabuf_off = off, ctl.dmabuf_iova = iova, ctl.dmabuf_len = len;
+    return reg(pd, (void *)(uintptr_t)iova, len, access);
 }
 EXPORT int ibv_dereg_mr(struct ibv_mr *m)
 {

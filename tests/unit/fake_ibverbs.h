@@ -25,6 +25,10 @@ typedef struct {
         struct ibv_qp_attr attr;
     } modify[256];
     int live_qps, live_mrs, live_cqs, live_pds, live_ctxs;
+    /* ibv_reg_dmabuf_mr: fails with EOPNOTSUPP unless dmabuf_ok; then it checks the fd is a dmabuf and
+     * registers [iova, iova+len). */
+    int dmabuf_ok, dmabuf_calls, dmabuf_fd_was_dmabuf;
+    uint64_t dmabuf_off, dmabuf_iova, dmabuf_len;
 } fake_ibv_ctl_t;
 
 typedef fake_ibv_ctl_t *(*fake_ibv_control_fn)(void);

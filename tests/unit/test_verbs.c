@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fake_ibverbs.h"
+#include "src/cuda.h"
 #include "transports/proxy/engine_verbs.h"
 
 static int failures;
@@ -493,6 +494,14 @@ static void test_load(void)
     dion__verbs_probe_t p;
     dion__verbs_probe(bogus, &p);
     CHECK(!p.lib_ok && !p.dev_ok && strstr(p.why, bogus), "probe with a missing library: %s", p.why);
+    /* No GPU here: the real dmabuf route says why it cannot give an fd (then peermem is tried). */
+    int fd = -1;
+    uint64_t off = 0;
+    char why[256] = "";
+    if (dion__cuda_device_count() == 0)
+        CHECK(dion__verbs_dmabuf_fd(NULL, 0x10000, 4096, &fd, &off, why, sizeof why) == -1 && fd == -1 &&
+                  strstr(why, "CUDA"),
+              "dmabuf fd without a GPU: %s", why);
     /* A library that exists but is not libibverbs: names the missing entry. */
     CHECK(dion__ibv_load("libc.so.6", &t) == DION_ERR_UNSUPPORTED && strstr(dion_last_error(), "lacks ibv_"),
           "libc accepted as libibverbs: %s", dion_last_error());

@@ -66,7 +66,7 @@ struct dion__verbs {
 
 /* ---- registration calls for dion__verbs_reg_with ---- */
 
-static int real_dmabuf_fd(void *arg, uint64_t addr, size_t len, int *fd, uint64_t *offset, char *why,
+int dion__verbs_dmabuf_fd(void *arg, uint64_t addr, size_t len, int *fd, uint64_t *offset, char *why,
                           size_t cap)
 {
     (void)arg;
@@ -298,7 +298,7 @@ dion_status_t dion__verbs_open(const dion__verbs_open_args_t *args, dion__verbs_
         goto fail;
     }
     v->reg = (dion__verbs_reg_ops_t){.arg = v,
-                                     .dmabuf_fd = real_dmabuf_fd,
+                                     .dmabuf_fd = dion__verbs_dmabuf_fd,
                                      .close_fd = real_close_fd,
                                      .reg_dmabuf = v->ibv.reg_dmabuf_mr ? real_reg_dmabuf : NULL,
                                      .reg_mr = real_reg_mr};

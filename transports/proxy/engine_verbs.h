@@ -93,6 +93,9 @@ typedef struct {
                                  int fd, int access);
     struct ibv_mr *(*reg_mr)(void *arg, struct ibv_pd *pd, void *addr, size_t len, int access);
 } dion__verbs_reg_ops_t;
+/* The real dmabuf_fd: cuMemGetHandleForAddressRange over [addr, addr+len) widened to host pages. */
+int dion__verbs_dmabuf_fd(void *arg, uint64_t addr, size_t len, int *fd, uint64_t *offset, char *why,
+                          size_t cap);
 dion_status_t dion__verbs_reg_with(const dion__verbs_reg_ops_t *ops, struct ibv_pd *pd, void *addr,
                                    size_t len, int kind, struct ibv_mr **mr, int *path);
 #define DION__VERBS_MR_ACCESS                                                                                \
