@@ -73,6 +73,7 @@ EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
     a->max_cqe = 65536;
     a->max_qp_rd_atom = 16;
     a->max_qp_init_rd_atom = 8;
+    a->atomic_cap = ctl.no_atomics ? IBV_ATOMIC_NONE : IBV_ATOMIC_HCA;
     return 0;
 }
 EXPORT int(ibv_query_port)(struct ibv_context *c, uint8_t port, struct _compat_ibv_port_attr *compat)

@@ -28,6 +28,7 @@ typedef struct {
     /* ibv_reg_dmabuf_mr: fails with EOPNOTSUPP unless dmabuf_ok; then it checks the fd is a dmabuf and
      * registers [iova, iova+len). */
     int dmabuf_ok, dmabuf_calls, dmabuf_fd_was_dmabuf;
+    int no_atomics; /* fake_0 reports IBV_ATOMIC_NONE */
     uint64_t dmabuf_off, dmabuf_iova, dmabuf_len;
 } fake_ibv_ctl_t;
 

@@ -286,6 +286,10 @@ static void test_choice(const char *lib, fake_ibv_ctl_t *ctl)
               strstr(dion_last_error(), "fake_down port 1 DOWN"),
           "no active port: %s", dion_last_error());
     ctl->port2_state = IBV_PORT_ACTIVE;
+    ctl->no_atomics = 1;
+    CHECK(dion__verbs_open(&a, &v) == DION_ERR_UNSUPPORTED && strstr(dion_last_error(), "no RDMA atomics"),
+          "device without atomics: %s", dion_last_error());
+    ctl->no_atomics = 0;
     setenv("DION_IB_HCA", "nosuch", 1);
     CHECK(dion__verbs_open(&a, &v) == DION_ERR_INVALID_ARG &&
               strstr(dion_last_error(), "DION_IB_HCA=nosuch") &&

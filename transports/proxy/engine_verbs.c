@@ -285,6 +285,14 @@ dion_status_t dion__verbs_open(const dion__verbs_open_args_t *args, dion__verbs_
     if ((s = dion__verbs_cfg_read(&v->cfg)) || (s = dion__ibv_load(args->libname, &v->ibv)) ||
         (s = choose_device(v)) || (s = choose_gid(v)))
         goto fail;
+    if (v->dattr.atomic_cap == IBV_ATOMIC_NONE) {
+        s = dion__error_set(
+            DION_ERR_UNSUPPORTED,
+            "proxy/verbs: %s has no RDMA atomics (atomic_cap IBV_ATOMIC_NONE); proxy/verbs needs "
+            "them for ADD signals and DION atomics: use proxy/ofi, or another device with DION_IB_HCA",
+            v->devname);
+        goto fail;
+    }
     v->qpp = v->cfg.qp;
     v->qpp.port = v->port;
     v->qpp.gid_index = v->gid_index;
