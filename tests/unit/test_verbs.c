@@ -450,7 +450,7 @@ static void test_cfg(void)
 {
     dion__verbs_cfg_t c;
     CHECK(dion__verbs_cfg_read(&c) == DION_SUCCESS && c.port == 0 && c.gid_index == -1 &&
-              c.qp.timeout == 20 && c.qp.retry_cnt == 7 && c.hca[0] == 0 && c.sq_depth == 256,
+              c.qp.timeout == 18 && c.qp.retry_cnt == 7 && c.hca[0] == 0 && c.sq_depth == 256,
           "defaults: %s", dion_last_error());
     setenv("DION_IB_HCA", "mlx5_3:2", 1);
     setenv("DION_IB_GID_INDEX", "5", 1);
