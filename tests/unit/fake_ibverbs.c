@@ -1,6 +1,7 @@
 /* The fake libibverbs of fake_ibverbs.h. Exports the entry points the engine's dlopen table asks for. The
  * parentheses around some names stop verbs.h's function-like macros of the same names. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,11 +57,15 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d)
     c->device = d;
     c->ops.post_send = post_send;
     c->ops.poll_cq = poll_cq;
+    int p[2];
+    c->async_fd = pipe(p) == 0 ? p[0] : -1; /* a real fd, so that the engine can make it non-blocking */
+    c->cmd_fd = c->async_fd >= 0 ? p[1] : -1;
     ctl.live_ctxs++;
     return c;
 }
 EXPORT int ibv_close_device(struct ibv_context *c)
 {
+    if (c->async_fd >= 0) close(c->async_fd), close(c->cmd_fd);
     ctl.live_ctxs--;
     free(c);
     return 0;
@@ -269,6 +274,29 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *m)
     ctl.live_mrs--;
     free(m);
     return 0;
+}
+
+EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *ev)
+{
+    if (!(fcntl(c->async_fd, F_GETFL) & O_NONBLOCK))
+        return -1; /* the engine must have made it non-blocking */
+    if (ctl.async_n == 0) {
+        errno = EAGAIN;
+        return -1;
+    }
+    ev->event_type = ctl.async[0].type;
+    fqp_t *q = qp_by_num(ctl.async[0].qpn);
+    if (ctl.async[0].port)
+        ev->element.port_num = ctl.async[0].port;
+    else
+        ev->element.qp = q ? &q->qp : NULL;
+    ctl.async_n--;
+    memmove(&ctl.async[0], &ctl.async[1], sizeof ctl.async - sizeof ctl.async[0]);
+    return 0;
+}
+EXPORT void ibv_ack_async_event(struct ibv_async_event *ev)
+{
+    ctl.async_acked++;
 }
 
 /* The region with this key covering [addr, addr+len), or NULL. */

@@ -29,6 +29,13 @@ typedef struct {
      * registers [iova, iova+len). */
     int dmabuf_ok, dmabuf_calls, dmabuf_fd_was_dmabuf;
     int no_atomics; /* fake_0 reports IBV_ATOMIC_NONE */
+    /* ibv_get_async_event hands these out, then EAGAIN; a QP event names the QP by number. */
+    int async_n, async_acked;
+    struct {
+        enum ibv_event_type type;
+        uint32_t qpn;
+        int port;
+    } async[8];
     uint64_t dmabuf_off, dmabuf_iova, dmabuf_len;
 } fake_ibv_ctl_t;
 

@@ -343,6 +343,29 @@ static void test_wc(void)
     }
 }
 
+/* ---- asynchronous events ---- */
+
+static void test_async(void)
+{
+    char buf[512];
+    for (int t = IBV_EVENT_CQ_ERR; t <= IBV_EVENT_WQ_FATAL; t++) {
+        int fatal = t == IBV_EVENT_CQ_ERR || t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR ||
+                    t == IBV_EVENT_QP_ACCESS_ERR || t == IBV_EVENT_PATH_MIG_ERR ||
+                    t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_SRQ_ERR ||
+                    t == IBV_EVENT_WQ_FATAL;
+        int qp = t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR ||
+                 t == IBV_EVENT_PATH_MIG_ERR;
+        dion_status_t s = dion__verbs_async_describe((enum ibv_event_type)t, "mlx5_1", 2, qp ? 6 : -1,
+                                                     qp ? 0xabc : 0, buf, sizeof buf);
+        CHECK((s != DION_SUCCESS) == fatal, "event %d: status %s (%s)", t, dion_status_string(s), buf);
+        CHECK(strstr(buf, "mlx5_1") != NULL, "event %d: no device: %s", t, buf);
+        if (fatal && qp) CHECK(strstr(buf, "QP 0xabc to rank 6"), "event %d: no QP/peer: %s", t, buf);
+        if (fatal && !qp) CHECK(strstr(buf, "port 2"), "event %d: no port: %s", t, buf);
+    }
+    dion__verbs_async_describe(IBV_EVENT_PORT_ERR, "mlx5_1", 1, -1, 0, buf, sizeof buf);
+    CHECK(strstr(buf, "port went down") && strstr(buf, "ibstat"), "port error: %s", buf);
+}
+
 /* ---- registration order ---- */
 
 typedef struct {
@@ -514,6 +537,7 @@ int main(int argc, char **argv)
     test_blobs();
     test_wrs();
     test_wc();
+    test_async();
     test_reg();
     test_cfg();
     test_load();

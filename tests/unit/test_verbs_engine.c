@@ -233,6 +233,32 @@ static void test_roce(const char *lib, fake_ibv_ctl_t *ctl)
     CHECK(dion__verbs_post_put(v, 1, 0, l, 8, kdst.addr, kdst.rkey, 0, 4001) == DION_ERR_NETWORK &&
               strstr(dion_last_error(), "failed earlier"),
           "post after failure: %s", dion_last_error());
+    /* Asynchronous events: another port's error and benign events are not errors; a fatal QP event names the
+     * QP and its peer and fails the QP; a port error of our port is an error. */
+    uint8_t blob[DION__VERBS_ADDR_BYTES];
+    dion__verbs_addr_t a11;
+    dion__verbs_addr_get(v, 1, 1, blob);
+    dion__verbs_addr_unpack(blob, sizeof blob, &a11);
+    CHECK(dion__verbs_async_poll(v) == 0, "no events pending");
+    ctl->async[0].type = IBV_EVENT_PORT_ERR, ctl->async[0].port = 1, ctl->async[0].qpn = 0;
+    ctl->async[1].type = IBV_EVENT_LID_CHANGE, ctl->async[1].port = 2, ctl->async[1].qpn = 0;
+    ctl->async_n = 2;
+    CHECK(dion__verbs_async_poll(v) == 0 && ctl->async_acked == 2, "benign events: %d acked",
+          ctl->async_acked);
+    ctl->async[0].type = IBV_EVENT_QP_FATAL, ctl->async[0].port = 0, ctl->async[0].qpn = a11.qpn;
+    ctl->async_n = 1;
+    char qs[40];
+    snprintf(qs, sizeof qs, "QP 0x%x to rank 1", a11.qpn);
+    CHECK(dion__verbs_async_poll(v) == 1 && strstr(dion_last_error(), "QP fatal") &&
+              strstr(dion_last_error(), qs),
+          "QP fatal event: %s", dion_last_error());
+    CHECK(dion__verbs_post_put(v, 1, 1, l, 8, kdst.addr, kdst.rkey, 0, 4500) == DION_ERR_NETWORK,
+          "post on a QP an async event failed: %s", dion_last_error());
+    ctl->async[0].type = IBV_EVENT_PORT_ERR, ctl->async[0].port = 2, ctl->async[0].qpn = 0;
+    ctl->async_n = 1;
+    CHECK(dion__verbs_async_poll(v) == 1 && ctl->async_acked == 4 &&
+              strstr(dion_last_error(), "port 2: port went down"),
+          "port error of our port: %s", dion_last_error());
     /* An injected retry-exceeded on the data half of a put_signal: one error completion for the cookie. */
     ctl->fail_at = ctl->wr_count;
     ctl->fail_status = IBV_WC_RETRY_EXC_ERR;

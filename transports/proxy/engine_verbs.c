@@ -2,6 +2,7 @@
  * completion polling over rdma-core. See engine_verbs.h for the contract and the ordering argument; the pure
  * pieces are in verbs_attr.c. Not yet run on an RDMA NIC: compiled and unit-tested only. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,7 @@ struct dion__verbs {
     char desc[768];
     char err[1024];
     int err_set;
+    int async_ok; /* the device's event fd is non-blocking */
 };
 
 /* ---- registration calls for dion__verbs_reg_with ---- */
@@ -339,6 +341,12 @@ dion_status_t dion__verbs_open(const dion__verbs_open_args_t *args, dion__verbs_
             }
         }
     }
+    /* Async events are read by dion__verbs_async_poll from the proxy's loop, so the fd must not block. */
+    int fl = fcntl(v->dev->async_fd, F_GETFL);
+    v->async_ok = fl >= 0 && fcntl(v->dev->async_fd, F_SETFL, fl | O_NONBLOCK) == 0;
+    if (!v->async_ok)
+        DION_LOG(DION_LOG_DEBUG, "proxy/verbs: %s: async events not read (event fd: %s)", v->devname,
+                 strerror(errno));
     DION_LOG(DION_LOG_INFO, "proxy/verbs: %s", v->desc);
     *out = v;
     return DION_SUCCESS;
@@ -716,6 +724,47 @@ int dion__verbs_poll(dion__verbs_t *v, int ctx, dion__verbs_cqe_t *out, int max)
         if (n < want) break;
     }
     return got;
+}
+
+/* ---- asynchronous events ---- */
+
+int dion__verbs_async_poll(dion__verbs_t *v)
+{
+    int errors = 0;
+    struct ibv_async_event ev;
+    while (v->async_ok && v->ibv.get_async_event(v->dev, &ev) == 0) {
+        int peer = -1;
+        uint32_t qpn = 0;
+        int qp_event = ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_REQ_ERR ||
+                       ev.event_type == IBV_EVENT_QP_ACCESS_ERR || ev.event_type == IBV_EVENT_PATH_MIG_ERR ||
+                       ev.event_type == IBV_EVENT_COMM_EST || ev.event_type == IBV_EVENT_SQ_DRAINED ||
+                       ev.event_type == IBV_EVENT_PATH_MIG || ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED;
+        vqp_t *q = NULL;
+        for (int i = 0; qp_event && i < v->nctx * v->npeers && !q; i++)
+            if (v->qps[i] && v->qps[i]->qp == ev.element.qp) q = v->qps[i];
+        if (q) peer = q->peer, qpn = q->local.qpn;
+        int port = ev.event_type == IBV_EVENT_PORT_ERR || ev.event_type == IBV_EVENT_PORT_ACTIVE
+                       ? ev.element.port_num
+                       : v->port;
+        char sentence[512];
+        dion_status_t s =
+            dion__verbs_async_describe(ev.event_type, v->devname, port, peer, qpn, sentence, sizeof sentence);
+        v->ibv.ack_async_event(&ev);
+        /* Another port's trouble is not ours. */
+        if (s == DION_SUCCESS || (ev.event_type == IBV_EVENT_PORT_ERR && port != v->port)) {
+            DION_LOG(DION_LOG_DEBUG, "%s", sentence);
+            continue;
+        }
+        errors++;
+        if (q) q->failed = 1;
+        if (!v->err_set) {
+            snprintf(v->err, sizeof v->err, "%s", sentence);
+            v->err_set = 1;
+        }
+        DION_LOG(DION_LOG_ERROR, "%s", sentence);
+        dion__error_set(s, "%s", sentence);
+    }
+    return errors;
 }
 
 /* ---- probe ---- */

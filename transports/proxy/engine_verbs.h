@@ -136,6 +136,11 @@ typedef struct {
 } dion__verbs_cqe_t;
 /* Up to max completions of context ctx; returns how many, or -1 when polling itself failed. */
 int dion__verbs_poll(dion__verbs_t *v, int ctx, dion__verbs_cqe_t *out, int max);
+/* Reads the device's pending asynchronous events without blocking (the proxy calls it now and then, e.g. when
+ * idle): a fatal QP, CQ, port or device event is logged, recorded as the engine's error if it is the first,
+ * and its QP marked failed. Returns how many such error events were read (0 when none or when the device's
+ * event fd cannot be made non-blocking). */
+int dion__verbs_async_poll(dion__verbs_t *v);
 /* The first error sentence the engine recorded (any thread may read it after poll reported an error). */
 const char *dion__verbs_error(const dion__verbs_t *v);
 
@@ -216,6 +221,10 @@ dion_status_t dion__verbs_wc_describe(enum ibv_wc_status status, uint32_t vendor
                                       int peer, int ctx, uint32_t local_qpn, uint32_t remote_qpn, char *buf,
                                       size_t cap);
 const char *dion__verbs_wc_status_name(enum ibv_wc_status status);
+/* An asynchronous event turned into a sentence (what, which device/port or QP and peer, what to do); returns
+ * DION_SUCCESS for events that need nothing (port active, LID change, ...). peer < 0: not a QP event. */
+dion_status_t dion__verbs_async_describe(enum ibv_event_type type, const char *dev, int port, int peer,
+                                         uint32_t qpn, char *buf, size_t cap);
 
 /* Settings from the environment (DION_IB_*), validated; a sentence on a bad value. */
 typedef struct {

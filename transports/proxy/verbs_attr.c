@@ -421,6 +421,67 @@ dion_status_t dion__verbs_wc_describe(enum ibv_wc_status status, uint32_t vendor
     return e->code;
 }
 
+/* ---- asynchronous events ---- */
+
+dion_status_t dion__verbs_async_describe(enum ibv_event_type type, const char *dev, int port, int peer,
+                                         uint32_t qpn, char *buf, size_t cap)
+{
+    const char *what = NULL, *todo = "";
+    dion_status_t s = DION_ERR_NETWORK;
+    switch (type) {
+    case IBV_EVENT_QP_FATAL:
+        what = "QP fatal error: the NIC could not go on with this QP (catastrophic error on it)";
+        todo = "; check dmesg";
+        break;
+    case IBV_EVENT_QP_REQ_ERR:
+        what = "QP invalid request error: the peer sent a request this QP could not accept";
+        todo = "; are all ranks running the same DION build?";
+        break;
+    case IBV_EVENT_QP_ACCESS_ERR:
+        what = "QP access violation: a peer's request touched memory outside what this rank registered";
+        todo = "; run with DION_CHECK=1 to catch bad offsets at their source";
+        s = DION_ERR_REMOTE_ACCESS;
+        break;
+    case IBV_EVENT_PATH_MIG_ERR:
+        what = "path migration error: the QP lost its path to the peer";
+        break;
+    case IBV_EVENT_CQ_ERR:
+        what = "completion queue error: a CQ overran (a DION bug: report it)";
+        s = DION_ERR_INTERNAL;
+        break;
+    case IBV_EVENT_SRQ_ERR:
+        what = "shared receive queue error (DION uses none; the provider misbehaves)";
+        s = DION_ERR_INTERNAL;
+        break;
+    case IBV_EVENT_WQ_FATAL:
+        what = "work queue fatal error (DION uses no WQ objects; the provider misbehaves)";
+        s = DION_ERR_INTERNAL;
+        break;
+    case IBV_EVENT_PORT_ERR:
+        what = "port went down: operations to every peer through it will fail";
+        todo = "; check the cable, the switch and (IB) the subnet manager with ibstat";
+        break;
+    case IBV_EVENT_DEVICE_FATAL:
+        what = "device fatal error: the NIC stopped working";
+        todo = "; check dmesg and the NIC's firmware; the NIC needs a reset";
+        break;
+    default: /* COMM_EST, SQ_DRAINED, PATH_MIG, PORT_ACTIVE, LID/PKEY/SM/GID change, SRQ limit, last WQE,
+              * client reregister: nothing to do */
+        s = DION_SUCCESS;
+        break;
+    }
+    if (s == DION_SUCCESS) {
+        snprintf(buf, cap, "proxy/verbs: %s port %d: asynchronous event %d (no action needed)", dev, port,
+                 (int)type);
+        return s;
+    }
+    if (peer >= 0)
+        snprintf(buf, cap, "proxy/verbs: %s: %s; QP 0x%x to rank %d%s", dev, what, qpn, peer, todo);
+    else
+        snprintf(buf, cap, "proxy/verbs: %s port %d: %s%s", dev, port, what, todo);
+    return s;
+}
+
 /* ---- registration order ---- */
 
 dion_status_t dion__verbs_reg_with(const dion__verbs_reg_ops_t *ops, struct ibv_pd *pd, void *addr,

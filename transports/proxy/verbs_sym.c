@@ -48,6 +48,8 @@ dion_status_t dion__ibv_load(const char *libname, dion__ibv_t *t)
     DION__IBV_REQ(destroy_qp, "ibv_destroy_qp");
     DION__IBV_REQ(reg_mr, "ibv_reg_mr");
     DION__IBV_REQ(dereg_mr, "ibv_dereg_mr");
+    DION__IBV_REQ(get_async_event, "ibv_get_async_event");
+    DION__IBV_REQ(ack_async_event, "ibv_ack_async_event");
     const char *required_missing = missing;
     DION__IBV_REQ(reg_dmabuf_mr, "ibv_reg_dmabuf_mr");
     DION__IBV_REQ(query_gid_ex, "_ibv_query_gid_ex");

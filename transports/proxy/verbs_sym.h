@@ -30,6 +30,8 @@ typedef struct {
     int (*destroy_qp)(struct ibv_qp *);
     struct ibv_mr *(*reg_mr)(struct ibv_pd *, void *, size_t, int);
     int (*dereg_mr)(struct ibv_mr *);
+    int (*get_async_event)(struct ibv_context *, struct ibv_async_event *);
+    void (*ack_async_event)(struct ibv_async_event *);
     /* Optional: NULL when this rdma-core lacks them. */
     struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int); /* rdma-core 34 */
     int (*query_gid_ex)(struct ibv_context *, uint32_t, uint32_t, struct ibv_gid_entry *, uint32_t,
