@@ -7,6 +7,8 @@ if(DION_IBVERBS_INCLUDE)
   target_include_directories(test_verbs PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(test_verbs PRIVATE dion_internal)
   add_dependencies(test_verbs dion_fake_ibverbs)
+  target_compile_options(test_verbs PRIVATE -Werror)
+  target_compile_options(dion_fake_ibverbs PRIVATE -Werror)
   dion_test(NAME unit_verbs COMMAND test_verbs $<TARGET_FILE:dion_fake_ibverbs> LABELS host TIMEOUT 60)
 endif()
 # libdion must load where rdma-core is absent: it may not need any ibv_ symbol from the dynamic linker.
