@@ -67,6 +67,36 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"DION_PROXY_SLEEP_MAX", DION_CFG_DURATION, "1ms", NULL,
      "Longest nap of an idle proxy thread (naps double from 1us up to this). The first command after an idle "
      "spell may wait this long; an idle thread wakes about once per this interval.",
+    /* proxy/verbs engine (rdma-core) */
+    {"DION_IB_HCA", DION_CFG_STRING, NULL, NULL,
+     "RDMA device for proxy/verbs (as ibv_devices lists it, e.g. mlx5_0), optionally with :port (mlx5_0:1). "
+     "Unset: the first device with an ACTIVE port.",
+     NULL},
+    {"DION_IB_PORT", DION_CFG_INT, "0", NULL,
+     "Port of the RDMA device for proxy/verbs; 0: the first ACTIVE port. Range 0 to 255.", NULL},
+    {"DION_IB_GID_INDEX", DION_CFG_INT, "-1", NULL,
+     "GID table index for proxy/verbs. -1: RoCE picks a RoCE v2 IPv4-mapped GID, else a RoCE v2 IPv6 one, "
+     "else RoCE v1; InfiniBand addresses by LID. A value forces that GID (with a GRH on InfiniBand).",
+     NULL},
+    {"DION_IB_TIMEOUT", DION_CFG_INT, "18", NULL,
+     "proxy/verbs QP transport timeout exponent: each retry waits 4.096 us * 2^value (18: about 1.07 s, so "
+     "with 7 retries a dead peer fails operations in about 8 s, before the default 10 s wait timeout). "
+     "Range 1 to 31.",
+     NULL},
+    {"DION_IB_RETRY_CNT", DION_CFG_INT, "7", NULL,
+     "proxy/verbs QP transport retries before an operation fails with 'retry counter exceeded'. Range 0 to "
+     "7.",
+     NULL},
+    {"DION_IB_SL", DION_CFG_INT, "0", NULL, "proxy/verbs InfiniBand service level. Range 0 to 15.", NULL},
+    {"DION_IB_TC", DION_CFG_INT, "0", NULL,
+     "proxy/verbs traffic class in the GRH (RoCE: the DSCP/ECN byte). Range 0 to 255.", NULL},
+    {"DION_IB_QP_DEPTH", DION_CFG_INT, "256", NULL,
+     "proxy/verbs send-queue depth of each (context, peer) QP: operations in flight per peer and context. "
+     "Range 16 to 32768.",
+     NULL},
+    {"DION_IB_CQ_DEPTH", DION_CFG_INT, "4096", NULL,
+     "proxy/verbs completion-queue depth of each context: operations in flight per context over all peers. "
+     "Range 64 to 4194304.",
      NULL},
     /* bootstrap */
     {"DION_BOOTSTRAP_TIMEOUT", DION_CFG_DURATION, "60s", NULL,

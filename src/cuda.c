@@ -54,6 +54,7 @@ static void dion__cuda_setup(void)
     DION__SYM(MemGetAllocationGranularity);
     DION__SYM(MemGetAllocationPropertiesFromHandle);
     DION__SYM(PointerGetAttribute);
+    DION__SYM(MemGetHandleForAddressRange);
 #undef DION__SYM
     dion__cu_ctx_get_current = dion__cu_sym("cuCtxGetCurrent");
     dion__cu_device_get = dion__cu_sym("cuDeviceGet");

@@ -33,6 +33,10 @@ typedef struct {
                                             CUmemAllocationGranularity_flags);
     CUresult (*MemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
     CUresult (*PointerGetAttribute)(void *, CUpointer_attribute, CUdeviceptr);
+    /* Optional (NULL on drivers without it; dion__cu() does not require it): a dmabuf fd for a GPU range,
+     * which proxy/verbs registers with ibv_reg_dmabuf_mr. */
+    CUresult (*MemGetHandleForAddressRange)(void *, CUdeviceptr, size_t, CUmemRangeHandleType,
+                                            unsigned long long);
 } dion__cu_t;
 /* The driver table, or NULL (with a sentence set) when the driver API cannot be reached. */
 const dion__cu_t *dion__cu(void);

@@ -18,6 +18,9 @@
 #include "gpu_select.h"
 #include "internal.h"
 #include "transports/transport.h"
+#if defined(DION_HAVE_VERBS)
+#include "transports/proxy/engine_verbs.h"
+#endif
 
 #if defined(DION_IBVERBS_INCLUDE_FOUND)
 #include <infiniband/verbs.h>
@@ -664,28 +667,45 @@ static void report_proxy_verbs(void)
 {
     verdict_t v = {{0}, 0};
     printf("\nproxy/verbs (CPU proxy threads post RDMA verbs for GPU commands)\n");
-    if (g.ibv)
-        ok("libibverbs.so.1 loadable");
+#if defined(DION_HAVE_VERBS)
+    /* The engine's own probe: the same library load, device, port and GID choice that opening it does. */
+    dion__verbs_probe_t p;
+    dion__verbs_probe(NULL, &p);
+    if (p.lib_ok)
+        ok("libibverbs loads (%s)%s", p.lib_path,
+           p.has_dmabuf_mr
+               ? ", with ibv_reg_dmabuf_mr"
+               : ", without ibv_reg_dmabuf_mr (rdma-core < 34: GPU memory only through nvidia-peermem)");
     else {
-        missing("install libibverbs (rdma-core)", "libibverbs.so.1 not loadable: %s", g.ibv_err);
+        missing("apt install libibverbs1 ibverbs-providers (dnf install rdma-core), or use proxy/ofi", "%s",
+                p.why);
         block(&v, "libibverbs.so.1 not loadable");
     }
-    if (g.nactive)
-        ok("%d RDMA device%s with an ACTIVE port", g.nactive, g.nactive > 1 ? "s" : "");
-    else if (g.nrdma) {
-        missing("connect the port and check the subnet manager (ibstat) or, for RoCE, the link of the netdev",
-                "an RDMA device with an ACTIVE port: %d device%s, no port ACTIVE", g.nrdma,
-                g.nrdma > 1 ? "s" : "");
-        block(&v, "no RDMA port is ACTIVE (%d device%s)", g.nrdma, g.nrdma > 1 ? "s" : "");
-    } else {
-        missing("install an RDMA NIC and load its driver, or use proxy/ofi (libfabric tcp)",
-                "an RDMA device with an ACTIVE port: " SYS_IB " is %s", g.ib_dir ? "empty" : "absent");
-        block(&v, "%s", no_rdma_reason());
+    if (p.dev_ok)
+        ok("engine would use %s", p.dev);
+    else if (p.lib_ok) {
+        missing("see the sentence; DION_IB_HCA, DION_IB_PORT and DION_IB_GID_INDEX choose by hand", "%s",
+                p.why);
+        if (g.nrdma == 0)
+            block(&v, "%s", no_rdma_reason());
+        else
+            block(&v, "the engine found no usable RDMA port (see above)");
     }
-    if (g.ngpu && !report_gpudirect()) block(&v, "no GPUDirect RDMA for GPU windows");
-    missing("use p2p within a node; proxy/verbs comes in a later version",
-            "not built in this version (planned)");
-    block(&v, "not built in this version");
+    if (g.ngpu) {
+        if (!report_gpudirect()) block(&v, "no GPUDirect RDMA for GPU windows");
+        if (p.has_cuda_dmabuf)
+            ok("GPU windows: dmabuf fds from cuMemGetHandleForAddressRange, then ibv_reg_mr "
+               "(nvidia-peermem)");
+    }
+    missing("use p2p within a node; the proxy backend wires the verbs engine in a later step",
+            "the verbs engine is built (never run on an RDMA NIC: none was available) but no backend uses it "
+            "yet");
+    block(&v, "the proxy backend does not use the verbs engine yet");
+#else
+    missing("install libibverbs-dev (rdma-core headers) and rebuild", "built without infiniband/verbs.h");
+    block(&v, "built without the verbs engine (no infiniband/verbs.h); %s",
+          g.nrdma ? "RDMA devices present" : no_rdma_reason());
+#endif
     verdict("proxy/verbs", &v, "");
 }
 

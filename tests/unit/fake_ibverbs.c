@@ -1,0 +1,399 @@
+/* The fake libibverbs of fake_ibverbs.h. Exports the entry points the engine's dlopen table asks for. The
+ * parentheses around some names stop verbs.h's function-like macros of the same names. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fake_ibverbs.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+static fake_ibv_ctl_t ctl = {
+    .link_layer = IBV_LINK_LAYER_ETHERNET, .port2_state = IBV_PORT_ACTIVE, .fail_at = -1};
+EXPORT fake_ibv_ctl_t *fake_ibv_control(void)
+{
+    return &ctl;
+}
+
+static struct ibv_device devs[2] = {{.name = "fake_down"}, {.name = "fake_0"}};
+static struct ibv_device *dev_list[3] = {&devs[0], &devs[1], NULL};
+
+typedef struct {
+    struct ibv_cq cq;
+    struct ibv_wc *ring;
+    int size, head, tail;
+} fcq_t;
+typedef struct {
+    struct ibv_qp qp;
+    uint32_t dest;
+    int err, max_inline;
+} fqp_t;
+#define MAXQP 64
+#define MAXMR 64
+static fqp_t *qps[MAXQP];
+static struct ibv_mr *mrs[MAXMR];
+static uint32_t next_qpn = 0x1a0;
+
+EXPORT struct ibv_device **(ibv_get_device_list)(int *n)
+{
+    *n = 2;
+    return dev_list;
+}
+EXPORT void ibv_free_device_list(struct ibv_device **l) {}
+EXPORT const char *ibv_get_device_name(struct ibv_device *d)
+{
+    return d->name;
+}
+
+static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+
+EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d)
+{
+    struct ibv_context *c = calloc(1, sizeof *c);
+    c->device = d;
+    c->ops.post_send = post_send;
+    c->ops.poll_cq = poll_cq;
+    int p[2];
+    c->async_fd = pipe(p) == 0 ? p[0] : -1; /* a real fd, so that the engine can make it non-blocking */
+    c->cmd_fd = c->async_fd >= 0 ? p[1] : -1;
+    ctl.live_ctxs++;
+    return c;
+}
+EXPORT int ibv_close_device(struct ibv_context *c)
+{
+    if (c->async_fd >= 0) close(c->async_fd), close(c->cmd_fd);
+    ctl.live_ctxs--;
+    free(c);
+    return 0;
+}
+EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
+{
+    memset(a, 0, sizeof *a);
+    a->phys_port_cnt = c->device == &devs[0] ? 1 : 2;
+    a->max_qp_wr = 1024;
+    a->max_cqe = 65536;
+    a->max_qp_rd_atom = 16;
+    a->max_qp_init_rd_atom = 8;
+    a->atomic_cap = ctl.no_atomics ? IBV_ATOMIC_NONE : IBV_ATOMIC_HCA;
+    return 0;
+}
+EXPORT int(ibv_query_port)(struct ibv_context *c, uint8_t port, struct _compat_ibv_port_attr *compat)
+{
+    struct ibv_port_attr *a = (struct ibv_port_attr *)compat;
+    memset(a, 0, sizeof *a);
+    if (port < 1 || port > (c->device == &devs[0] ? 1 : 2)) return EINVAL;
+    a->state = c->device == &devs[1] && port == 2 ? (enum ibv_port_state)ctl.port2_state : IBV_PORT_DOWN;
+    a->active_mtu = IBV_MTU_4096;
+    a->max_mtu = IBV_MTU_4096;
+    a->gid_tbl_len = 4;
+    a->lid = ctl.link_layer == IBV_LINK_LAYER_INFINIBAND ? 0x2a : 0;
+    a->link_layer = (uint8_t)ctl.link_layer;
+    return 0;
+}
+
+/* RoCE: [0] fe80::1 v1, [1] fe80::1 v2, [2] ::ffff:10.0.0.1 v1, [3] ::ffff:10.0.0.1 v2. IB: [0] only. */
+static int gid_entry(uint32_t i, union ibv_gid *g, uint32_t *type)
+{
+    memset(g, 0, sizeof *g);
+    if (ctl.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+        if (i != 0) return ENODATA;
+        g->raw[0] = 0xfe, g->raw[1] = 0x80, g->raw[15] = 0x2a;
+        *type = IBV_GID_TYPE_IB;
+        return 0;
+    }
+    if (i > 3) return ENODATA;
+    if (i < 2) {
+        g->raw[0] = 0xfe, g->raw[1] = 0x80, g->raw[15] = 1;
+    } else {
+        g->raw[10] = g->raw[11] = 0xff;
+        g->raw[12] = 10, g->raw[15] = 1;
+    }
+    *type = i % 2 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
+    return 0;
+}
+EXPORT int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *g)
+{
+    uint32_t t;
+    int e = gid_entry((uint32_t)index, g, &t);
+    return e ? -1 : 0;
+}
+EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index, struct ibv_gid_entry *e,
+                             uint32_t flags, size_t size)
+{
+    memset(e, 0, size);
+    e->gid_index = index;
+    e->port_num = port;
+    return gid_entry(index, &e->gid, &e->gid_type);
+}
+EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
+{
+    struct ibv_pd *pd = calloc(1, sizeof *pd);
+    pd->context = c;
+    ctl.live_pds++;
+    return pd;
+}
+EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+    ctl.live_pds--;
+    free(pd);
+    return 0;
+}
+EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *x, struct ibv_comp_channel *ch,
+                                    int v)
+{
+    fcq_t *q = calloc(1, sizeof *q);
+    q->cq.context = c;
+    q->cq.cqe = cqe;
+    q->size = cqe + 1;
+    q->ring = calloc((size_t)q->size, sizeof *q->ring);
+    ctl.live_cqs++;
+    return &q->cq;
+}
+EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
+{
+    fcq_t *q = (fcq_t *)cq;
+    ctl.live_cqs--;
+    free(q->ring);
+    free(q);
+    return 0;
+}
+EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ia)
+{
+    if (ia->qp_type != IBV_QPT_RC || ia->cap.max_inline_data > 64 || ia->cap.max_send_wr > 1024) {
+        errno = EINVAL;
+        return NULL;
+    }
+    for (int i = 0; i < MAXQP; i++)
+        if (!qps[i]) {
+            fqp_t *q = calloc(1, sizeof *q);
+            q->qp.context = pd->context;
+            q->qp.pd = pd;
+            q->qp.send_cq = ia->send_cq;
+            q->qp.recv_cq = ia->recv_cq;
+            q->qp.qp_num = next_qpn++;
+            q->qp.state = IBV_QPS_RESET;
+            q->qp.qp_type = IBV_QPT_RC;
+            q->max_inline = (int)ia->cap.max_inline_data;
+            qps[i] = q;
+            ctl.live_qps++;
+            return &q->qp;
+        }
+    errno = ENOMEM;
+    return NULL;
+}
+EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
+{
+    for (int i = 0; i < MAXQP; i++)
+        if (qps[i] == (fqp_t *)qp) qps[i] = NULL;
+    ctl.live_qps--;
+    free(qp);
+    return 0;
+}
+static fqp_t *qp_by_num(uint32_t n)
+{
+    for (int i = 0; i < MAXQP; i++)
+        if (qps[i] && qps[i]->qp.qp_num == n) return qps[i];
+    return NULL;
+}
+EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
+{
+    fqp_t *q = (fqp_t *)qp;
+    if (ctl.nmodify < 256) {
+        ctl.modify[ctl.nmodify].qpn = qp->qp_num;
+        ctl.modify[ctl.nmodify].mask = mask;
+        ctl.modify[ctl.nmodify].attr = *a;
+        ctl.nmodify++;
+    }
+    static const int need[] = {
+        [IBV_QPS_INIT] = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+        [IBV_QPS_RTR] = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+        [IBV_QPS_RTS] = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                        IBV_QP_MAX_QP_RD_ATOMIC};
+    enum ibv_qp_state to = a->qp_state;
+    if (!(mask & IBV_QP_STATE) || (to != IBV_QPS_INIT && to != IBV_QPS_RTR && to != IBV_QPS_RTS) ||
+        (int)qp->state != (int)to - 1 || (mask & need[to]) != need[to])
+        return EINVAL;
+    if (to == IBV_QPS_INIT && a->port_num != 2) return EINVAL;
+    if (to == IBV_QPS_RTR) {
+        if (!qp_by_num(a->dest_qp_num) || a->ah_attr.port_num != 2) return EINVAL;
+        if (ctl.link_layer == IBV_LINK_LAYER_ETHERNET &&
+            (!a->ah_attr.is_global || a->ah_attr.grh.sgid_index > 3))
+            return EINVAL;
+        q->dest = a->dest_qp_num;
+    }
+    qp->state = to;
+    return 0;
+}
+static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+    for (int i = 0; i < MAXMR; i++)
+        if (!mrs[i]) {
+            struct ibv_mr *m = calloc(1, sizeof *m);
+            m->context = pd->context;
+            m->pd = pd;
+            m->addr = addr;
+            m->length = len;
+            m->lkey = 0x100 + (uint32_t)i;
+            m->rkey = 0x200 + (uint32_t)i;
+            m->handle = (uint32_t)access;
+            mrs[i] = m;
+            ctl.live_mrs++;
+            return m;
+        }
+    errno = ENOMEM;
+    return NULL;
+}
+EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+    return reg(pd, addr, len, access);
+}
+EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova, int fd,
+                                        int access)
+{
+    ctl.dmabuf_calls++;
+    if (!ctl.dmabuf_ok) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    char path[64], target[256] = "";
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    ctl.dmabuf_fd_was_dmabuf = n > 0 && strstr(target, "dmabuf") != NULL;
+    ctl.dmabuf_off = off, ctl.dmabuf_iova = iova, ctl.dmabuf_len = len;
+    return reg(pd, (void *)(uintptr_t)iova, len, access);
+}
+EXPORT int ibv_dereg_mr(struct ibv_mr *m)
+{
+    for (int i = 0; i < MAXMR; i++)
+        if (mrs[i] == m) mrs[i] = NULL;
+    ctl.live_mrs--;
+    free(m);
+    return 0;
+}
+
+EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *ev)
+{
+    if (!(fcntl(c->async_fd, F_GETFL) & O_NONBLOCK))
+        return -1; /* the engine must have made it non-blocking */
+    if (ctl.async_n == 0) {
+        errno = EAGAIN;
+        return -1;
+    }
+    ev->event_type = ctl.async[0].type;
+    fqp_t *q = qp_by_num(ctl.async[0].qpn);
+    if (ctl.async[0].port)
+        ev->element.port_num = ctl.async[0].port;
+    else
+        ev->element.qp = q ? &q->qp : NULL;
+    ctl.async_n--;
+    memmove(&ctl.async[0], &ctl.async[1], sizeof ctl.async - sizeof ctl.async[0]);
+    return 0;
+}
+EXPORT void ibv_ack_async_event(struct ibv_async_event *ev)
+{
+    ctl.async_acked++;
+}
+
+/* The region with this key covering [addr, addr+len), or NULL. */
+static struct ibv_mr *mr_find(uint32_t key, int remote, uint64_t addr, uint64_t len)
+{
+    for (int i = 0; i < MAXMR; i++) {
+        struct ibv_mr *m = mrs[i];
+        if (m && (remote ? m->rkey : m->lkey) == key && addr >= (uintptr_t)m->addr &&
+            addr + len <= (uintptr_t)m->addr + m->length)
+            return m;
+    }
+    return NULL;
+}
+
+static void complete(fqp_t *q, struct ibv_send_wr *wr, enum ibv_wc_status st)
+{
+    if (st == IBV_WC_SUCCESS && !(wr->send_flags & IBV_SEND_SIGNALED)) return;
+    fcq_t *c = (fcq_t *)q->qp.send_cq;
+    struct ibv_wc *w = &c->ring[c->head];
+    memset(w, 0, sizeof *w);
+    w->wr_id = wr->wr_id;
+    w->status = st;
+    w->qp_num = q->qp.qp_num;
+    w->vendor_err = st ? 0x99 : 0;
+    c->head = (c->head + 1) % c->size;
+}
+
+static enum ibv_wc_status execute(fqp_t *q, struct ibv_send_wr *wr)
+{
+    if (!qp_by_num(q->dest)) return IBV_WC_RETRY_EXC_ERR;
+    uint64_t len = wr->num_sge ? wr->sg_list[0].length : 0, laddr = wr->num_sge ? wr->sg_list[0].addr : 0;
+    int inl = wr->send_flags & IBV_SEND_INLINE;
+    if (len && !inl && !mr_find(wr->sg_list[0].lkey, 0, laddr, len)) return IBV_WC_LOC_PROT_ERR;
+    int atomic = wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    uint64_t raddr = atomic ? wr->wr.atomic.remote_addr : wr->wr.rdma.remote_addr;
+    uint32_t rkey = atomic ? wr->wr.atomic.rkey : wr->wr.rdma.rkey;
+    if (len && !mr_find(rkey, 1, raddr, len)) return IBV_WC_REM_ACCESS_ERR;
+    void *r = (void *)(uintptr_t)raddr, *l = (void *)(uintptr_t)laddr;
+    switch (wr->opcode) {
+    case IBV_WR_RDMA_WRITE:
+        if (len) memmove(r, l, len);
+        return IBV_WC_SUCCESS;
+    case IBV_WR_RDMA_READ:
+        if (len) memmove(l, r, len);
+        return IBV_WC_SUCCESS;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_CMP_AND_SWP: {
+        if (len != 8 || (raddr & 7)) return IBV_WC_REM_INV_REQ_ERR;
+        uint64_t old;
+        memcpy(&old, r, 8);
+        uint64_t nv = wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? old + wr->wr.atomic.compare_add
+                      : old == wr->wr.atomic.compare_add        ? wr->wr.atomic.swap
+                                                                : old;
+        memcpy(r, &nv, 8);
+        memcpy(l, &old, 8);
+        return IBV_WC_SUCCESS;
+    }
+    default:
+        return IBV_WC_LOC_QP_OP_ERR;
+    }
+}
+
+static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+    fqp_t *q = (fqp_t *)qp;
+    for (; wr; wr = wr->next) {
+        if (qp->state != IBV_QPS_RTS || ((wr->send_flags & IBV_SEND_INLINE) && wr->num_sge &&
+                                         wr->sg_list[0].length > (uint32_t)q->max_inline)) {
+            *bad = wr;
+            return EINVAL;
+        }
+        long i = ctl.wr_count++;
+        if (i < FAKE_LOG) {
+            ctl.wr[i].qpn = qp->qp_num;
+            ctl.wr[i].opcode = wr->opcode;
+            ctl.wr[i].flags = wr->send_flags;
+        }
+        enum ibv_wc_status st;
+        if (q->err)
+            st = IBV_WC_WR_FLUSH_ERR;
+        else if (i == ctl.fail_at)
+            st = ctl.fail_status;
+        else
+            st = execute(q, wr);
+        if (st != IBV_WC_SUCCESS) q->err = 1;
+        complete(q, wr, st);
+    }
+    return 0;
+}
+
+static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+    fcq_t *c = (fcq_t *)cq;
+    int k = 0;
+    while (k < n && c->tail != c->head) {
+        wc[k++] = c->ring[c->tail];
+        c->tail = (c->tail + 1) % c->size;
+    }
+    return k;
+}
