@@ -67,6 +67,7 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"DION_PROXY_SLEEP_MAX", DION_CFG_DURATION, "1ms", NULL,
      "Longest nap of an idle proxy thread (naps double from 1us up to this). The first command after an idle "
      "spell may wait this long; an idle thread wakes about once per this interval.",
+     NULL},
     /* proxy/verbs engine (rdma-core) */
     {"DION_IB_HCA", DION_CFG_STRING, NULL, NULL,
      "RDMA device for proxy/verbs (as ibv_devices lists it, e.g. mlx5_0), optionally with :port (mlx5_0:1). "
