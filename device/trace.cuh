@@ -1,16 +1,22 @@
 /* DION_TRACE, device half: device calls append one event per operation to their context's bounded array
  * (dion_dev_t.trace); src/trace.c copies the arrays out at dion_dev_destroy and writes Chrome-trace JSON.
  *
- * Off (the default), every hook is one branch on the handle's flags word, which the calls have loaded
- * already for DION_CHECK: no memory traffic, no clock read. Building with -DDION_TRACE_COMPILED=0 removes the
- * hooks altogether (for measuring that the branch costs nothing). */
+ * In GPU code the hooks are compiled only with -DDION_TRACE_COMPILED=1: compiled in but off, the branch and the
+ * start time it keeps live cost 4-8% on the thread-level rows and the message rate of perf/p2p_bench on an
+ * H200 (2026-11-30, docs/results/2026-11-30-h200x2), and "off" must cost nothing. CPU mode (host code) has them
+ * by default: there a branch on a loaded flags word is free. With the hooks in and DION_TRACE unset, every hook
+ * is one branch on the handle's flags word: no memory traffic, no clock read. */
 #ifndef DION_DEVICE_TRACE_CUH
 #define DION_DEVICE_TRACE_CUH
 
 #include "dion/device/arch.cuh"
 
 #ifndef DION_TRACE_COMPILED
+#if defined(__CUDA_ARCH__)
+#define DION_TRACE_COMPILED 0
+#else
 #define DION_TRACE_COMPILED 1
+#endif
 #endif
 
 DION_HD int dion__trace_on(const dion_dev_t *d)

@@ -53,13 +53,13 @@ if want variants; then # the cooperative copy with 8 loads in flight per thread 
 fi
 if want trace; then # DION_TRACE: hooks compiled out, compiled in but off, on (docs/tracing.md, overhead)
   for i in 1 2 3; do
-    CUDA_VISIBLE_DEVICES=0 run bench_trace_compiled_out_$i 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench_notrace \
+    CUDA_VISIBLE_DEVICES=0 run bench_trace_compiled_out_$i 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench \
       --tests signal,put_signal,completion,msgrate --csv "$OUT/trace.csv" --label trace-compiled-out
-    CUDA_VISIBLE_DEVICES=0 run bench_trace_off_$i 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench \
+    CUDA_VISIBLE_DEVICES=0 run bench_trace_off_$i 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench_trace \
       --tests signal,put_signal,completion,msgrate --csv "$OUT/trace.csv" --label trace-off
   done
   CUDA_VISIBLE_DEVICES=0 DION_TRACE=/tmp/dion_bench_trace.json run bench_trace_on 120 $B/dionrun -n 2 --mps \
-    $B/perf/p2p_bench --tests signal,put_signal,completion,msgrate --csv "$OUT/trace.csv" --label trace-on
+    $B/perf/p2p_bench_trace --tests signal,put_signal,completion,msgrate --csv "$OUT/trace.csv" --label trace-on
   ls -l /tmp/dion_bench_trace.rank*.json >> "$OUT/steps.log" 2>&1
 fi
 if [ "$NGPU" -ge 2 ]; then

@@ -105,6 +105,15 @@ void dion__trace_host_event(struct dion__trace *t, uint32_t thread, dion_op_t op
     e->thread = thread;
 }
 
+/* Device events claimed over all contexts (dropped ones included). */
+static uint64_t dion__trace_device_total(const struct dion__trace *t, const uint64_t *heads, uint32_t nctx)
+{
+    (void)t;
+    uint64_t n = 0;
+    for (uint32_t k = 0; k < nctx; k++) n += heads[k];
+    return n;
+}
+
 /* Reads the claim counters (all contexts) into heads. */
 static dion_status_t dion__trace_heads(struct dion__trace *t, uint64_t *heads)
 {
@@ -333,6 +342,12 @@ dion_status_t dion__trace_write(struct dion__trace *t, const char *path, int ran
             t->host_events[i].start_ns -= (uint64_t)host_shift;
             t->host_events[i].end_ns -= (uint64_t)host_shift;
         }
+        uint64_t recorded = dion__trace_device_total(t, heads, nctx);
+        if (st == DION_SUCCESS && !t->cpu && recorded == 0)
+            DION_LOG(DION_LOG_WARN,
+                     "trace %s: no device operation was recorded; GPU kernels record only when compiled with "
+                     "-DDION_TRACE_COMPILED=1 (docs/tracing.md)",
+                     path);
         if (st == DION_SUCCESS && dropped + host_dropped)
             DION_LOG(
                 DION_LOG_WARN,
