@@ -28,7 +28,9 @@ NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 log "GPUs: $NGPU"
 
 if want build; then
-  run configure 120 cmake --preset gpu -DDION_BUILD_EXAMPLES=ON
+  # libfabric's headers where the machine lacks them: Debian's libfabric-dev unpacked into .deps/ (carried)
+  FAB=(); [ -f .deps/fab/usr/include/rdma/fabric.h ] && FAB=(-DDION_FABRIC_INCLUDE_HINT="$PWD/.deps/fab/usr/include")
+  run configure 120 cmake --preset gpu -DDION_BUILD_EXAMPLES=ON "${FAB[@]}"
   grep -iE "nvshmem|nccl" "$OUT/configure.log"
   run build 300 cmake --build $B -j 16 || exit 1
 fi
