@@ -100,10 +100,19 @@ dion_status_t dion__tl_select(dion_comm_t c)
                 t->used_mask |= 1u << use;
                 if (a == c->rank) t->peer_tl[b] = use;
             }
-        for (int p = 0; p < n; p++)
-            if (p != c->rank)
-                DION_LOG(DION_LOG_INFO, "rank %d reaches rank %d (host %s) through %s", c->rank, p,
-                         c->info[p].host, dion__tl_all[t->peer_tl[p]]->name);
+        /* one line per peer at info for small jobs; beyond that a count per backend, the lines at debug */
+        int per_peer = n <= 64 ? DION_LOG_INFO : DION_LOG_DEBUG;
+        int count[DION__TL_MAX] = {0};
+        for (int p = 0; p < n; p++) {
+            if (p == c->rank) continue;
+            count[t->peer_tl[p]]++;
+            DION_LOG(per_peer, "rank %d reaches rank %d (host %s) through %s", c->rank, p, c->info[p].host,
+                     dion__tl_all[t->peer_tl[p]]->name);
+        }
+        for (int i = 0; per_peer != DION_LOG_INFO && dion__tl_all[i]; i++)
+            if (count[i])
+                DION_LOG(DION_LOG_INFO, "rank %d reaches %d ranks through %s", c->rank, count[i],
+                         dion__tl_all[i]->name);
     }
     free(rows);
     if (ag != DION_SUCCESS) {
