@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -105,15 +106,49 @@ static int run_ip(const char *ip, int netns_fd, const char *script, const int *k
     return ok ? 0 : -1;
 }
 
-/* Joins this process's namespaces for a host; child side only. */
+/* The top folder under /tmp that holds path ("/tmp/build/x" -> "build"), or 0 when path is not under /tmp. */
+static int tmp_top(const char *path, char *top, size_t cap)
+{
+    if (!path || strncmp(path, "/tmp/", 5) != 0 || !path[5]) return 0;
+    const char *end = strchr(path + 5, '/');
+    size_t n = end ? (size_t)(end - (path + 5)) : strlen(path + 5);
+    if (n == 0 || n >= cap) return 0;
+    memcpy(top, path + 5, n);
+    top[n] = 0;
+    return 1;
+}
+
+/* Joins this process's namespaces for a host; child side only. A private /tmp would also hide the job's own
+ * files when its build or working folder lies under /tmp (a checkout there): that one folder is mounted back
+ * into the private /tmp, and nothing else of the real /tmp is visible. */
 static int enter_private(const char *hostname)
 {
+    char cwd[PATH_MAX], exe[PATH_MAX], keep_name[2][NAME_MAX + 1];
+    int keep_fd[2] = {-1, -1}, nkeep = 0;
+    const char *paths[2] = {getcwd(cwd, sizeof cwd), realpath("/proc/self/exe", exe)};
+    for (int i = 0; i < 2; i++) {
+        char top[NAME_MAX + 1], full[PATH_MAX];
+        if (!tmp_top(paths[i], top, sizeof top) || (nkeep == 1 && !strcmp(top, keep_name[0]))) continue;
+        snprintf(full, sizeof full, "/tmp/%s", top);
+        keep_fd[nkeep] = open(full, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (keep_fd[nkeep] < 0) continue;
+        snprintf(keep_name[nkeep++], sizeof keep_name[0], "%s", top);
+    }
     if (unshare(CLONE_NEWUTS | CLONE_NEWNS | CLONE_NEWIPC) != 0) return errno;
     if (sethostname(hostname, strlen(hostname)) != 0) return errno;
     /* Private propagation first, or the tmpfs mounts below would appear on the real /tmp too. */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return errno;
     if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) return errno;
     if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) return errno;
+    for (int i = 0; i < nkeep; i++) {
+        char src[64], dst[PATH_MAX];
+        snprintf(src, sizeof src, "/proc/self/fd/%d", keep_fd[i]);
+        snprintf(dst, sizeof dst, "/tmp/%s", keep_name[i]);
+        if (mkdir(dst, 0755) != 0 || mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0) return errno;
+        close(keep_fd[i]);
+    }
+    /* the working folder was reached through the old /tmp: enter it again through the new one */
+    if (paths[0] && chdir(paths[0]) != 0) return errno;
     return 0;
 }
 
