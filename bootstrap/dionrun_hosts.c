@@ -123,30 +123,30 @@ static int tmp_top(const char *path, char *top, size_t cap)
  * into the private /tmp, and nothing else of the real /tmp is visible. */
 static int enter_private(const char *hostname)
 {
-    char cwd[PATH_MAX], exe[PATH_MAX], keep_name[2][NAME_MAX + 1];
-    int keep_fd[2] = {-1, -1}, nkeep = 0;
+    char cwd[PATH_MAX], exe[PATH_MAX], keep[2][NAME_MAX + 1];
+    int nkeep = 0;
     const char *paths[2] = {getcwd(cwd, sizeof cwd), realpath("/proc/self/exe", exe)};
     for (int i = 0; i < 2; i++) {
-        char top[NAME_MAX + 1], full[PATH_MAX];
-        if (!tmp_top(paths[i], top, sizeof top) || (nkeep == 1 && !strcmp(top, keep_name[0]))) continue;
-        snprintf(full, sizeof full, "/tmp/%s", top);
-        keep_fd[nkeep] = open(full, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (keep_fd[nkeep] < 0) continue;
-        snprintf(keep_name[nkeep++], sizeof keep_name[0], "%s", top);
+        char top[NAME_MAX + 1];
+        if (!tmp_top(paths[i], top, sizeof top) || (nkeep == 1 && !strcmp(top, keep[0]))) continue;
+        snprintf(keep[nkeep++], sizeof keep[0], "%s", top);
     }
     if (unshare(CLONE_NEWUTS | CLONE_NEWNS | CLONE_NEWIPC) != 0) return errno;
     if (sethostname(hostname, strlen(hostname)) != 0) return errno;
-    /* Private propagation first, or the tmpfs mounts below would appear on the real /tmp too. */
+    /* Private propagation first, or the mounts below would appear on the real /tmp too. */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return errno;
+    /* The real /tmp stays reachable on /dev/shm while the kept folders are mounted back, then /dev/shm gets
+     * its own tmpfs over it. */
+    if (nkeep && mount("/tmp", "/dev/shm", NULL, MS_BIND, NULL) != 0) return errno;
     if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) return errno;
-    if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) return errno;
     for (int i = 0; i < nkeep; i++) {
-        char src[64], dst[PATH_MAX];
-        snprintf(src, sizeof src, "/proc/self/fd/%d", keep_fd[i]);
-        snprintf(dst, sizeof dst, "/tmp/%s", keep_name[i]);
+        char src[PATH_MAX], dst[PATH_MAX];
+        snprintf(src, sizeof src, "/dev/shm/%s", keep[i]);
+        snprintf(dst, sizeof dst, "/tmp/%s", keep[i]);
         if (mkdir(dst, 0755) != 0 || mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0) return errno;
-        close(keep_fd[i]);
     }
+    if (nkeep && umount2("/dev/shm", MNT_DETACH) != 0) return errno;
+    if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) return errno;
     /* the working folder was reached through the old /tmp: enter it again through the new one */
     if (paths[0] && chdir(paths[0]) != 0) return errno;
     return 0;
