@@ -262,6 +262,9 @@ def extract(text, ctx):
             s = literal(m.group(2))
             if s is not None:
                 yield s, line_of(m.start())
+    for m in re.finditer(r"\b(?:%s)\s*=(?!=)((?:%s|[^;\"])*\?(?:%s|[^;\"])*);" % (WHY_NAME, LIT, LIT), text):
+        for s in picks([m.group(1)]):
+            yield s, line_of(m.start())
     # literals returned by describe/hint functions and by the functions that produce a why
     for m in re.finditer(r"\breturn\s+(%s)\s*;" % LIT, text):
         if inside(m.start(), describe) or inside(m.start(), sources):
@@ -334,6 +337,11 @@ def main(argv):
         print("listed in %s but no longer in the code: `%s`" % (doc, k))
     print("%d messages in the code, %d in the table, %d missing, %d stale" % (len(found), len(keys),
                                                                             len(missing), len(stale)))
+    if missing:
+        print("add a row | `message` | cause | what to do | for each missing message to the table under "
+              "'## Every message' in %s (read the code at file:line for the cause)" % doc)
+    if stale:
+        print("remove the stale rows from %s" % doc)
     return 1 if missing or stale else 0
 
 
