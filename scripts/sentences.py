@@ -5,11 +5,20 @@ docs/troubleshooting.md lists each one.
   sentences.py list  [ROOT]            one message per line, as the docs quote it
   sentences.py check [ROOT] DOC        exit 1 (and say which) when DOC lacks a message or lists a stale one
 
-A message is the format string of a call that sets dion_last_error() or logs (dion__error, dion__error_set,
-dion__error_wrap, DION_LOG), of a `why` sentence a backend hands back (snprintf(why, ...), *why = "..."),
-or of the device error descriptions (snprintf(out, cap, ...) inside dion__describe*). Conversions such as %d
-or %s become '…', so the docs quote "rank … cannot reach rank …". Format strings that are only conversions
-("%s: %s") wrap other messages and are skipped.
+A message is
+  - the format string of a call that sets dion_last_error() or logs (dion__error, dion__error_set,
+    dion__error_wrap, DION_LOG) or of any library helper declared DION__PRINTF(fmt, args) (they end in one);
+  - a literal handed to a helper's `const char *why`/`reason` parameter (the drop/fail helpers log it);
+  - a sentence written into a buffer that becomes part of one: snprintf into a buffer named like
+    why/reason/msg/err (also struct fields: c->why, b->failed_msg) or one of MESSAGE_BUFFERS, and
+    snprintf(out|buf, ...) inside a describe function (dion__describe*, dion__*_describe);
+  - a literal assigned to a why/reason (`*why = "..."`, `c.why = "..."`), or to any variable inside a
+    describe/hint function (`what = "..."`), and the literals such a function returns, and so do the
+    functions whose result is assigned to a why/reason variable;
+  - the sentence column of a status table (a static const array whose rows name a DION_ status);
+  - the sentence pieces a message picks with `cond ? "..." : "..."` among its arguments (three words or more).
+Conversions such as %d or %s become '…', so the docs quote "rank … cannot reach rank …". Format strings that
+are only conversions ("%s: %s") wrap other messages and are skipped.
 """
 import os
 import re
@@ -17,7 +26,7 @@ import sys
 
 LIBRARY_DIRS = ("src", "bootstrap", "transports")
 # Programs built beside the library print for themselves; they are not library sentences.
-NOT_LIBRARY = {os.path.join("bootstrap", "dionrun.c"), os.path.join("src", "dion_info.c")}
+NOT_LIBRARY = re.compile(r"bootstrap/dionrun[^/]*|src/dion_info\.c")
 
 CALLS = {  # call name -> index of its format argument
     "dion__error": 1,
@@ -25,6 +34,9 @@ CALLS = {  # call name -> index of its format argument
     "dion__error_wrap": 1,
     "DION_LOG": 1,
 }
+# Buffers that other names do not reveal as parts of a message (src/dev.c's dion_dev_check pieces).
+MESSAGE_BUFFERS = {"drops", "abort_text", "more"}
+WHY_NAME = r"\w*(?:why|reason|msg)\w*|err"
 SPEC = re.compile(r"%[-+ #0]*(\*|\d+)?(\.(\*|\d+))?(hh|h|ll|l|L|z|j|t)?[diouxXeEfgGcspn%]")
 STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
@@ -112,8 +124,7 @@ def meaningful(k):
     return re.search(r"[A-Za-z]{3}", k) is not None
 
 
-def messages(root):
-    found = {}
+def library_files(root):
     for d in LIBRARY_DIRS:
         for dirpath, _, files in os.walk(os.path.join(root, d)):
             for f in sorted(files):
@@ -121,45 +132,171 @@ def messages(root):
                     continue
                 path = os.path.join(dirpath, f)
                 rel = os.path.relpath(path, root)
-                if rel in NOT_LIBRARY:
+                if NOT_LIBRARY.fullmatch(rel.replace(os.sep, "/")):
                     continue
                 with open(path, encoding="utf-8") as fh:
-                    text = strip_comments(fh.read())
-                for fmt, line in extract(text):
-                    k = key(fmt)
-                    if meaningful(k):
-                        found.setdefault(k, "%s:%d" % (rel, line))
+                    yield rel, strip_comments(fh.read().replace("\\\n", " \n"))  # macro line joins
+
+
+def messages(root):
+    files = sorted(library_files(root))
+    texts = [t for _, t in files]
+    ctx = {"calls": printf_helpers(texts), "whys": why_helpers(texts), "sources": why_sources(texts)}
+    found = {}
+    for rel, text in files:
+        for fmt, line in extract(text, ctx):
+            k = key(fmt)
+            if meaningful(k) and not re.fullmatch(r"[A-Z0-9_]+", k):  # a variable's name, not a sentence
+                found.setdefault(k, "%s:%d" % (rel, line))
     return found
 
 
-def extract(text):
+def printf_helpers(texts):
+    """Library functions declared DION__PRINTF(a, b): name -> index of the format argument."""
+    calls = dict(CALLS)
+    for text in texts:
+        for m in re.finditer(r"DION__PRINTF\s*\(\s*(\d+)\s*,\s*\d+\s*\)\s*(\w+)\s*\(", text):
+            calls.setdefault(m.group(2), int(m.group(1)) - 1)  # attribute before the name
+        for m in re.finditer(r"(\w+)\s*\([^;{]*\)\s*DION__PRINTF\s*\(\s*(\d+)", text):
+            calls.setdefault(m.group(1), int(m.group(2)) - 1)  # attribute after the prototype
+    calls.pop("DION__PRINTF", None)
+    return calls
+
+
+def why_helpers(texts):
+    """Functions with a `const char *why` (or reason) parameter: name -> its index."""
+    found = {}
+    for text in texts:
+        for m in re.finditer(r"\b(\w+)\s*\(([^;{}()]*)\)\s*\{", text):
+            params = m.group(2).split(",")
+            for i, prm in enumerate(params):
+                if re.fullmatch(r"\s*const\s+char\s*\*\s*(why|reason)\s*", prm):
+                    found[m.group(1)] = i
+    return found
+
+
+def why_sources(texts):
+    """Functions whose result is assigned to a why/reason variable."""
+    found = set()
+    for text in texts:
+        for m in re.finditer(r"\b(?:%s)\s*=\s*(\w+)\s*\(" % WHY_NAME, text):
+            found.add(m.group(1))
+    return found
+
+
+def functions(text):
+    """(name, body start, body end) of each function definition."""
+    for m in re.finditer(r"^[A-Za-z_][\w \t\*]*?\b(\w+)\s*\([^;{}]*\)\s*\{", text, re.M):
+        depth, i = 0, m.end() - 1
+        while i < len(text):
+            if text[i] in "\"'":
+                j = i + 1
+                while j < len(text) and text[j] != text[i]:
+                    j += 2 if text[j] == "\\" else 1
+                i = j + 1
+                continue
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        yield m.group(1), m.end() - 1, i
+
+
+LIT = r'"(?:[^"\\]|\\.)*"(?:\s*(?:\w+\s*)?"(?:[^"\\]|\\.)*")*'
+
+
+def picks(args):
+    """Literals of `cond ? "a" : "b"` arguments with three words or more."""
+    for a in args:
+        if "?" not in a:
+            continue
+        for m in re.finditer(r"[?:]\s*(%s)" % LIT, a):
+            s = literal(m.group(1))
+            if s is not None and len(s.split()) >= 3:
+                yield s
+
+
+def extract(text, ctx):
     line_of = lambda pos: text.count("\n", 0, pos) + 1
-    for name, idx in CALLS.items():
-        for m in re.finditer(r"\b%s\s*\(" % re.escape(name), text):
+    calls, whys = ctx["calls"], ctx["whys"]
+    for name, idx in calls.items():
+        for m in re.finditer(r"(?<![\w.>])%s\s*\(" % re.escape(name), text):
+            if re.search(r"(DION__PRINTF\s*\([^)]*\)\s*|\b(void|dion_status_t)\s+)$", text[max(0, m.start() - 60) : m.start()]):
+                continue  # the declaration itself
             args = split_args(text, m.end() - 1)
             if len(args) > idx:
                 s = literal(args[idx])
                 if s is not None:
                     yield s, line_of(m.start())
-    # sentences handed back through a why/reason buffer
+                for s in picks(args[idx + 1 :]):
+                    yield s, line_of(m.start())
+    for name, idx in whys.items():
+        for m in re.finditer(r"(?<![\w.>])%s\s*\(" % re.escape(name), text):
+            args = split_args(text, m.end() - 1)
+            if len(args) > idx:
+                s = literal(args[idx])
+                if s is not None:
+                    yield s, line_of(m.start())
+    bodies = list(functions(text))
+    describe = [(b, e) for n, b, e in bodies if re.search(r"describe|hint", n)]
+    sources = [(b, e) for n, b, e in bodies if n in ctx["sources"]]
+    inside = lambda pos, spans: any(b <= pos < e for b, e in spans)
+    # sentences written into a buffer that becomes (part of) a message
     for m in re.finditer(r"\bsnprintf\s*\(", text):
         args = split_args(text, m.end() - 1)
-        if len(args) > 2 and re.fullmatch(r"\s*(why|reason|out)\s*", args[0]):
-            if args[0].strip() == "out" and not in_describe(text, m.start()):
-                continue
-            s = literal(args[2])
-            if s is not None:
-                yield s, line_of(m.start())
-    for m in re.finditer(r"\*\s*(why|reason)\s*=\s*(\"(?:[^\"\\]|\\.)*\"(?:\s*\"(?:[^\"\\]|\\.)*\")*)", text):
-        s = literal(m.group(2))
+        if len(args) < 3:
+            continue
+        dest = re.sub(r"\s*\+.*$", "", args[0].strip())
+        dest = re.split(r"->|\.", dest)[-1].strip()
+        if not (re.fullmatch(WHY_NAME, dest) or dest in MESSAGE_BUFFERS or
+                (dest in ("out", "buf") and inside(m.start(), describe))):
+            continue
+        s = literal(args[2])
         if s is not None:
             yield s, line_of(m.start())
+        for s in picks(args[3:]):
+            yield s, line_of(m.start())
+    # literals assigned to a why/reason, or to anything inside a describe function
+    for m in re.finditer(r"(?:\*\s*|\.|->)?\b(\w+)\s*=\s*(%s)" % LIT, text):
+        if re.fullmatch(WHY_NAME, m.group(1)) or (inside(m.start(), describe) and len(m.group(2).split()) >= 3):
+            s = literal(m.group(2))
+            if s is not None:
+                yield s, line_of(m.start())
+    for m in re.finditer(r"\b(?:%s)\s*=(?!=)((?:%s|[^;\"])*\?(?:%s|[^;\"])*);" % (WHY_NAME, LIT, LIT), text):
+        for s in picks([m.group(1)]):
+            yield s, line_of(m.start())
+    # literals returned by describe/hint functions and by the functions that produce a why
+    for m in re.finditer(r"\breturn\s+(%s)\s*;" % LIT, text):
+        if inside(m.start(), describe) or inside(m.start(), sources):
+            s = literal(m.group(1))
+            if s is not None and len(s.split()) >= 2:
+                yield s, line_of(m.start())
+    # status tables: the sentences of rows that name a DION_ status
+    for m in re.finditer(r"static\s+const\s+\w+\s+\w+\s*\[\s*\]\s*=\s*\{", text):
+        body = split_braces(text, m.end() - 1)
+        for row in re.finditer(r"\{([^{}]*)\}", body):
+            if not re.search(r"\bDION_(SUCCESS|ERR_\w+)\b", row.group(1)):
+                continue
+            for lm in re.finditer(LIT, row.group(1)):
+                s = literal(lm.group(0))
+                if s is not None and len(s.split()) >= 3:
+                    yield s, line_of(m.end() + row.start())
 
 
-def in_describe(text, pos):
-    start = text.rfind("\n}", 0, pos)
-    header = text[start if start >= 0 else 0 : pos]
-    return re.search(r"\bdion__describe\w*\s*\(", header) is not None
+def split_braces(text, start):
+    depth, i = 0, start
+    while i < len(text):
+        if text[i] in "\"'":
+            j = i + 1
+            while j < len(text) and text[j] != text[i]:
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + 1 : i]
+        i += 1
+    return text[start + 1 :]
 
 
 def doc_keys(doc):
@@ -200,6 +337,11 @@ def main(argv):
         print("listed in %s but no longer in the code: `%s`" % (doc, k))
     print("%d messages in the code, %d in the table, %d missing, %d stale" % (len(found), len(keys),
                                                                             len(missing), len(stale)))
+    if missing:
+        print("add a row | `message` | cause | what to do | for each missing message to the table under "
+              "'## Every message' in %s (read the code at file:line for the cause)" % doc)
+    if stale:
+        print("remove the stale rows from %s" % doc)
     return 1 if missing or stale else 0
 
 
