@@ -64,12 +64,15 @@ static int dion__describe_window(const dion_err_record_t *r, char *out, size_t c
             r->peer, off, bytes, rank, limit);
         return 1;
     case DION_WCHK_ALIGN:
+        /* expected: the alignment the call needed (8 for atomics, 16 for packet puts) */
         snprintf(
             out, cap,
-            "peer %d: offset %llu of rank %llu's part is not at an 8-byte aligned address (that part was "
-            "registered at an address that is not 8-byte aligned, or the offset is not); atomics need "
-            "8-byte aligned addresses; nothing was touched",
-            r->peer, off, rank);
+            "peer %d: offset %llu of rank %llu's part is not at an %llu-byte aligned address (that part was "
+            "registered at an address that is not so aligned, or the offset is not); %s need %llu-byte "
+            "aligned addresses; nothing was touched",
+            r->peer, off, rank, (unsigned long long)r->expected,
+            r->op == DION_OP_PUT_PACKET || r->op == DION_OP_WAIT_PACKET ? "packet puts" : "atomics",
+            (unsigned long long)r->expected);
         return 1;
     case DION_WCHK_NOT_WIN:
         snprintf(out, cap,

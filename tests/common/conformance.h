@@ -653,7 +653,7 @@ typedef struct {
     uint64_t *result;
 } dt_check_args_t;
 
-#define DT_CHECK_OPS 7
+#define DT_CHECK_OPS 11
 
 DT_KERNEL(dt_check_kernel, dt_check_args_t)
 {
@@ -669,6 +669,12 @@ DT_KERNEL(dt_check_kernel, dt_check_args_t)
     dion_put(c, a->win, -1, 0, a->win, 0, 8);                   /* 6: negative peer */
     dion_ctx_t bad = dion_ctx(a->dev, a->dev.num_contexts + 5); /* 7: context out of range */
     dion_put(bad, a->win, next, 0, a->win, 0, 8);               /*    ... and this put is skipped */
+    /* packet puts: the message's span and its 16-byte alignment, and the reserved sequence 0 */
+    uint8_t pk[16] = {0};
+    dion_put_packet(c, a->win, next, 8, pk, 16, 1);         /* 8: not 16-byte aligned */
+    dion_put_packet(c, a->win, next, 0, pk, 8, 0);          /* 9: sequence 0 */
+    dion_put_packet(c, a->win, next, size - 16, pk, 16, 1); /* 10: 32 bytes of units run past the window */
+    if (dion_wait_packet(c, a->win, 8, pk, 8, 1) != DION_ERR_INVALID_ARG) a->result[0]++; /* 11 */
     if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
 }
 
@@ -685,6 +691,9 @@ static void dt_test_check(dion_win_t win, char *base, size_t size)
     uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
     dt_check_args_t a = {dt_dev, dion_win_device(win), result};
     if (DT_LAUNCH(dt_check_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    uint64_t res = 0;
+    dt_get(&res, result, sizeof res);
+    if (res) DT_FAIL("DION_CHECK: %llu calls returned other than expected", (unsigned long long)res);
     DT_OK(dion_comm_barrier(dt_comm));
     dt_get(back, base, size);
     if (memcmp(host, back, size) != 0) DT_FAIL("DION_CHECK: a rejected call wrote into this rank's window");
@@ -694,7 +703,7 @@ static void dt_test_check(dion_win_t win, char *base, size_t size)
     snprintf(want, sizeof want, "peer %d is not a rank", dt_n + 3);
     if (st != DION_ERR_INVALID_ARG)
         DT_FAIL("dion_dev_check returned %s, expected DION_ERR_INVALID_ARG", dion_status_string(st));
-    else if (!strstr(msg, want) || !strstr(msg, "and 6 more"))
+    else if (!strstr(msg, want) || !strstr(msg, "and 10 more"))
         DT_FAIL("dion_dev_check's sentence does not describe the first bad call and count the rest: %s", msg);
     if (dt_rank == 0) printf("  DION_CHECK: %s\n", msg);
     if (dion_dev_check(dt_comm, &dt_dev) != DION_SUCCESS) DT_FAIL("records were reported twice");
@@ -922,11 +931,12 @@ static int dt_peerfail(int n)
 /* 11. Packet puts: random sizes and unit-aligned offsets, many rounds per launch through the same slots  */
 /*     with advancing (and wrapping) sequence numbers, thread / warp / block, both ring directions.      */
 
-#define DT_PK_MAX    4096u                               /* payload bytes at most */
-#define DT_PK_STRIDE (DT_PK_MAX + 64)                    /* per round in the source and destination scratch */
-#define DT_PK_SLOT   (DION_PACKET_SPAN(DT_PK_MAX) + 256) /* a slot: the largest message at the largest offset \
-                                                          */
-#define DT_PK_REGION (1u << 20) /* slots start here in the window, below DT_PUT_HALF */
+#define DT_PK_MAX    4096u            /* payload bytes at most */
+#define DT_PK_STRIDE (DT_PK_MAX + 64) /* per round in the source and destination scratch */
+#define DT_PK_SLOT                                                                                           \
+    (DION_PACKET_SPAN(DT_PK_MAX) + 256) /* a slot: the largest message at the largest offset                 \
+                                         */
+#define DT_PK_REGION (1u << 20)         /* slots start here in the window, below DT_PUT_HALF */
 #define DT_PK_ROUNDS 48
 
 typedef struct {
