@@ -63,9 +63,9 @@ DION_HD void dion__pkt_store(uint64_t *p, uint64_t w0, uint64_t w1, uint32_t sco
 {
 #if DION__GPU
     if (scope == DION_SCOPE_GPU)
-        asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1) : "memory");
+        asm volatile("st.relaxed.gpu.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1) : "memory");
     else
-        asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1) : "memory");
+        asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1) : "memory");
 #else
     (void)scope;
     __atomic_store_n(p, w0, __ATOMIC_RELAXED);
@@ -78,9 +78,9 @@ DION_HD void dion__pkt_load(const uint64_t *p, uint64_t *w0, uint64_t *w1, uint3
 #if DION__GPU
     uint64_t a, b;
     if (scope == DION_SCOPE_GPU)
-        asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+        asm volatile("ld.relaxed.gpu.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
     else
-        asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+        asm volatile("ld.relaxed.sys.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
     *w0 = a, *w1 = b;
 #else
     (void)scope;
