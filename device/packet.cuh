@@ -225,7 +225,7 @@ DION_HD dion_status_t dion__wait_packet_group(dion_ctx_t c, dion__group_t g, dio
             !dion__check_range(&c, win, me, off, span, DION_PACKET_UNIT, DION_OP_WAIT_PACKET, me, lead))
             return DION_ERR_INVALID_ARG;
     }
-    DION__STAT(&c, waits, lead);
+    if (lead) DION__STAT(&c, waits, 1);
     uint64_t t0 = dion__trace_start(&c);
     const uint64_t *p = (const uint64_t *)(dion__win_base(&c.dev, win, me) + off);
     uint32_t seen = 0;
