@@ -34,7 +34,7 @@
     } while (0)
 
 typedef struct {
-    const char *tests; /* comma-separated: signal,put_signal,put_bw,completion,msgrate,ref */
+    const char *tests; /* comma-separated: signal,put_signal,put_bw,completion,msgrate,packet,ref */
     int iters, warmup;
     long long bw_bytes;
     const char *csv;
@@ -45,7 +45,7 @@ typedef struct {
 
 static inline void bench_parse(int argc, char **argv, bench_opts_t *o)
 {
-    o->tests = "signal,put_signal,put_bw,completion,msgrate";
+    o->tests = "signal,put_signal,put_bw,completion,msgrate,packet";
     o->iters = 20000;
     o->warmup = 2000;
     o->bw_bytes = 1ll << 30;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Draws the benchmark CSVs (impl,label,test,group,bytes,metric,value) written by p2p_bench, nvshmem_bench and
-nccl_lsa_bench: put_signal one-way latency against size per cooperation group, and a summary of the rest.
+nccl_lsa_bench: put_signal one-way latency against size per cooperation group, DION's packet puts against\nput_signal (the crossover), and a summary of the rest.
 usage: plot.py OUTDIR FILE.csv [FILE.csv ...]"""
 import csv
 import os
@@ -52,6 +52,38 @@ def latency_plot(rows, label, out):
     plt.close(fig)
 
 
+def packet_plot(rows, label, out):
+    """DION's packet against put_signal one-way latency per group, with the first size where put_signal wins."""
+    groups = ["thread", "warp", "block"]
+    tests = {"packet_pingpong": ("tab:red", "D", "packet"), "put_signal_pingpong": ("tab:blue", "o", "put_signal")}
+    series = defaultdict(list)
+    for impl, lab, test, group, size, metric, value in rows:
+        if impl == "dion" and lab == label and test in tests and metric == "oneway_us" and size <= 4096:
+            series[(test, group)].append((size, value))
+    if not any(k[0] == "packet_pingpong" for k in series):
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, g in zip(axes, groups):
+        for test, (color, marker, name) in tests.items():
+            pts = sorted(series.get((test, g), []))
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=name)
+        pk = dict(series.get(("packet_pingpong", g), []))
+        ps = dict(series.get(("put_signal_pingpong", g), []))
+        cross = [b for b in sorted(pk) if b in ps and ps[b] < pk[b]]
+        note = f"put_signal faster from {cross[0]} B" if cross else "packet faster at every size measured"
+        ax.set_title(f"{g}: {note}", fontsize=10)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("payload bytes")
+        ax.set_ylabel("one-way latency (us)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"DION packet puts against put_signal, one-way = half a round trip ({label})")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def summary_plot(rows, label, out):
     keys = [("signal_pingpong", "thread", 0, "oneway_us", "signal one-way (us)"),
             ("signal_relaxed_pingpong", "thread", 0, "oneway_us", "relaxed signal one-way (us)"),
@@ -90,6 +122,7 @@ def main():
     for label in sorted({r[1] for r in rows}):
         latency_plot(rows, label, os.path.join(outdir, f"put_signal_latency_{label}.png"))
         summary_plot(rows, label, os.path.join(outdir, f"summary_{label}.png"))
+        packet_plot(rows, label, os.path.join(outdir, f"packet_vs_put_signal_{label}.png"))
     print("plots in", outdir)
 
 

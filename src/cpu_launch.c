@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "dion/device/arch.cuh"
+#include "dion/device/packet.cuh"
 #include "internal.h"
 
 #define DION__CPU_MAX_THREADS 4096
@@ -15,6 +16,8 @@ typedef struct {
     pthread_barrier_t block;
     pthread_barrier_t *warps;
     uint32_t nwarps;
+    uint32_t
+        any[DION__CPU_MAX_THREADS / DION__WARP_SIZE + 1]; /* group votes: one per warp, the block's last */
 } dion__cpu_block_t;
 
 /* Threads start only when the whole launch exists: a thread that ran fn early could wait forever in a block
@@ -86,6 +89,25 @@ void dion__cpu_sync_warp(void)
 {
     if (dion__cpu_me)
         pthread_barrier_wait(&dion__cpu_me->blk->warps[dion__cpu_me->ids.thread / DION__WARP_SIZE]);
+}
+
+/* A vote of the calling thread's warp or block (device/packet.cuh): the first barrier orders the previous
+ * vote's clearing before this one's stores, the second the stores before the reads, the third the reads
+ * before the group's first thread clears the word again. */
+int dion__cpu_group_any(int block, int v)
+{
+    if (!dion__cpu_me) return v != 0;
+    dion__cpu_block_t *b = dion__cpu_me->blk;
+    uint32_t t = dion__cpu_me->ids.thread;
+    uint32_t *word = &b->any[block ? b->nwarps : t / DION__WARP_SIZE];
+    void (*sync)(void) = block ? dion__cpu_sync_block : dion__cpu_sync_warp;
+    sync();
+    if (v) __atomic_store_n(word, 1, __ATOMIC_RELAXED);
+    sync();
+    int r = (int)__atomic_load_n(word, __ATOMIC_RELAXED);
+    sync();
+    if (block ? t == 0 : t % DION__WARP_SIZE == 0) __atomic_store_n(word, 0, __ATOMIC_RELAXED);
+    return r;
 }
 
 /* Spinning ranks share few cores in CPU mode: yield early, then sleep. */

@@ -35,9 +35,9 @@ static uint32_t dion__dev_serial;
 
 static const char *dion__op_name(uint32_t op)
 {
-    static const char *names[] = {"none",        "put",          "put_signal", "signal",  "wait",
-                                  "signal_read", "fence",        "quiet",      "barrier", "get",
-                                  "fetch_add",   "compare_swap", "ctx"};
+    static const char *names[] = {"none",        "put",          "put_signal", "signal",     "wait",
+                                  "signal_read", "fence",        "quiet",      "barrier",    "get",
+                                  "fetch_add",   "compare_swap", "ctx",        "put_packet", "wait_packet"};
     return op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
@@ -51,7 +51,8 @@ static const char *dion__cmp_name(uint32_t cmp)
 static int dion__describe_window(const dion_err_record_t *r, char *out, size_t cap)
 {
     if (r->op != DION_OP_PUT && r->op != DION_OP_PUT_SIGNAL && r->op != DION_OP_GET &&
-        r->op != DION_OP_FETCH_ADD && r->op != DION_OP_COMPARE_SWAP)
+        r->op != DION_OP_FETCH_ADD && r->op != DION_OP_COMPARE_SWAP && r->op != DION_OP_PUT_PACKET &&
+        r->op != DION_OP_WAIT_PACKET)
         return 0;
     unsigned long long off = r->offset, bytes = r->bytes, rank = r->observed, limit = r->limit;
     switch (r->cmp) {
@@ -63,12 +64,15 @@ static int dion__describe_window(const dion_err_record_t *r, char *out, size_t c
             r->peer, off, bytes, rank, limit);
         return 1;
     case DION_WCHK_ALIGN:
+        /* expected: the alignment the call needed (8 for atomics, 16 for packet puts) */
         snprintf(
             out, cap,
-            "peer %d: offset %llu of rank %llu's part is not at an 8-byte aligned address (that part was "
-            "registered at an address that is not 8-byte aligned, or the offset is not); atomics need "
-            "8-byte aligned addresses; nothing was touched",
-            r->peer, off, rank);
+            "peer %d: offset %llu of rank %llu's part is not at an %llu-byte aligned address (that part was "
+            "registered at an address that is not so aligned, or the offset is not); %s need %llu-byte "
+            "aligned addresses; nothing was touched",
+            r->peer, off, rank, (unsigned long long)r->expected,
+            r->op == DION_OP_PUT_PACKET || r->op == DION_OP_WAIT_PACKET ? "packet puts" : "atomics",
+            (unsigned long long)r->expected);
         return 1;
     case DION_WCHK_NOT_WIN:
         snprintf(out, cap,
@@ -114,12 +118,28 @@ static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
     if (dion__describe_window(r, out, cap)) return;
     switch (r->status) {
     case DION_ERR_TIMEOUT:
+        if (r->op == DION_OP_WAIT_PACKET) {
+            snprintf(
+                out, cap,
+                "timed out after %.3f s: the packet message with sequence %llu (%llu bytes at offset %llu) "
+                "never arrived whole (its first unit's flag: %llu); the peer did not send it, sent another "
+                "sequence or offset, or DION_WAIT_TIMEOUT is too short",
+                (double)r->limit / 1e9, (unsigned long long)r->expected, (unsigned long long)r->bytes,
+                (unsigned long long)r->offset, (unsigned long long)r->observed);
+            break;
+        }
         snprintf(
             out, cap,
             "timed out after %.3f s: signal %u %s %llu never held (last value %llu); the peer that should "
             "signal it did not, or DION_WAIT_TIMEOUT is too short",
             (double)r->limit / 1e9, r->sig, dion__cmp_name(r->cmp), (unsigned long long)r->expected,
             (unsigned long long)r->observed);
+        break;
+    case DION_ERR_UNSUPPORTED:
+        snprintf(out, cap,
+                 "peer %d is reached by a network backend (transport %llu), which does not carry packet puts "
+                 "yet; nothing was written (use put_signal for this peer)",
+                 r->peer, (unsigned long long)r->observed);
         break;
     case DION_ERR_REMOTE_ACCESS:
         snprintf(out, cap,
@@ -143,6 +163,8 @@ static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
             snprintf(out, cap, "peer %d is not a rank in [0, %llu)", r->peer, (unsigned long long)r->limit);
         else if (r->op == DION_OP_WAIT)
             snprintf(out, cap, "comparison %u is not a dion_cmp_t", r->cmp);
+        else if ((r->op == DION_OP_PUT_PACKET || r->op == DION_OP_WAIT_PACKET) && r->expected == 1)
+            snprintf(out, cap, "packet sequence 0 is reserved (sequences start at 1: dion_packet_seq_next)");
         else
             snprintf(out, cap, "invalid argument (peer %d, window or signal operation); nothing was touched",
                      r->peer);

@@ -153,9 +153,9 @@ dion_status_t dion__trace_counts(struct dion__trace *t, uint32_t ctx, uint64_t *
 
 static const char *dion__trace_op_name(uint32_t op)
 {
-    static const char *names[] = {"none",        "put",          "put_signal", "signal",  "wait",
-                                  "signal_read", "fence",        "quiet",      "barrier", "get",
-                                  "fetch_add",   "compare_swap", "ctx"};
+    static const char *names[] = {"none",        "put",          "put_signal", "signal",     "wait",
+                                  "signal_read", "fence",        "quiet",      "barrier",    "get",
+                                  "fetch_add",   "compare_swap", "ctx",        "put_packet", "wait_packet"};
     return op < sizeof names / sizeof names[0] ? names[op] : "unknown";
 }
 

@@ -321,4 +321,54 @@ DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int pee
     return old;
 }
 
+/* ================================================================================================ */
+/* ---- packet puts (device/packet.cuh; docs/semantics.md "Packet puts") ----
+ * put_packet writes `bytes` payload bytes from src (any local memory: registers spilled, shared, global) as
+ * a message with sequence seq (nonzero) into peer's window dst at dst_off (16-byte aligned address), taking
+ * DION_PACKET_SPAN(bytes) bytes there. wait_packet polls this rank's window win at off until the whole
+ * message with sequence seq is there and copies its payload to dst. No fence on either side: the message
+ * orders nothing else (no acquire, no release, no order against other ops of the context); src is reusable on
+ * return. wait_packet returns DION_SUCCESS, or DION_ERR_TIMEOUT (with an error record), DION_ERR_ABORTED,
+ * DION_ERR_PEER_FAILED; the warp and block variants return the same status on every thread and, on success,
+ * the whole payload is in dst for all of them. Peers reached by a network backend: DION_ERR_UNSUPPORTED is
+ * recorded and nothing is written (until those backends guarantee whole 8-byte words per RDMA write). */
+
+#include "dion/device/packet.cuh"
+
+DION_HD void dion_put_packet(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, const void *src,
+                             size_t bytes, uint32_t seq)
+{
+    dion__put_packet_group(c, DION__THREAD, dst, peer, dst_off, src, bytes, seq);
+}
+
+DION_HD void dion_put_packet_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, const void *src,
+                                  size_t bytes, uint32_t seq)
+{
+    dion__put_packet_group(c, DION__WARP, dst, peer, dst_off, src, bytes, seq);
+}
+
+DION_HD void dion_put_packet_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, const void *src,
+                                   size_t bytes, uint32_t seq)
+{
+    dion__put_packet_group(c, DION__BLOCK, dst, peer, dst_off, src, bytes, seq);
+}
+
+DION_HD dion_status_t dion_wait_packet(dion_ctx_t c, dion_dwin_t win, size_t off, void *dst, size_t bytes,
+                                       uint32_t seq)
+{
+    return dion__wait_packet_group(c, DION__THREAD, win, off, dst, bytes, seq);
+}
+
+DION_HD dion_status_t dion_wait_packet_warp(dion_ctx_t c, dion_dwin_t win, size_t off, void *dst,
+                                            size_t bytes, uint32_t seq)
+{
+    return dion__wait_packet_group(c, DION__WARP, win, off, dst, bytes, seq);
+}
+
+DION_HD dion_status_t dion_wait_packet_block(dion_ctx_t c, dion_dwin_t win, size_t off, void *dst,
+                                             size_t bytes, uint32_t seq)
+{
+    return dion__wait_packet_group(c, DION__BLOCK, win, off, dst, bytes, seq);
+}
+
 #endif /* DION_DEVICE_CUH */

@@ -73,7 +73,9 @@ typedef enum {
     DION_OP_GET,
     DION_OP_FETCH_ADD,
     DION_OP_COMPARE_SWAP,
-    DION_OP_CTX
+    DION_OP_CTX,
+    DION_OP_PUT_PACKET,
+    DION_OP_WAIT_PACKET
 } dion_op_t;
 
 /* Transport that serves one peer. */

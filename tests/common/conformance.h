@@ -653,7 +653,7 @@ typedef struct {
     uint64_t *result;
 } dt_check_args_t;
 
-#define DT_CHECK_OPS 7
+#define DT_CHECK_OPS 11
 
 DT_KERNEL(dt_check_kernel, dt_check_args_t)
 {
@@ -669,6 +669,12 @@ DT_KERNEL(dt_check_kernel, dt_check_args_t)
     dion_put(c, a->win, -1, 0, a->win, 0, 8);                   /* 6: negative peer */
     dion_ctx_t bad = dion_ctx(a->dev, a->dev.num_contexts + 5); /* 7: context out of range */
     dion_put(bad, a->win, next, 0, a->win, 0, 8);               /*    ... and this put is skipped */
+    /* packet puts: the message's span and its 16-byte alignment, and the reserved sequence 0 */
+    uint8_t pk[16] = {0};
+    dion_put_packet(c, a->win, next, 8, pk, 16, 1);         /* 8: not 16-byte aligned */
+    dion_put_packet(c, a->win, next, 0, pk, 8, 0);          /* 9: sequence 0 */
+    dion_put_packet(c, a->win, next, size - 16, pk, 16, 1); /* 10: 32 bytes of units run past the window */
+    if (dion_wait_packet(c, a->win, 8, pk, 8, 1) != DION_ERR_INVALID_ARG) a->result[0]++; /* 11 */
     if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
 }
 
@@ -685,6 +691,9 @@ static void dt_test_check(dion_win_t win, char *base, size_t size)
     uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
     dt_check_args_t a = {dt_dev, dion_win_device(win), result};
     if (DT_LAUNCH(dt_check_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    uint64_t res = 0;
+    dt_get(&res, result, sizeof res);
+    if (res) DT_FAIL("DION_CHECK: %llu calls returned other than expected", (unsigned long long)res);
     DT_OK(dion_comm_barrier(dt_comm));
     dt_get(back, base, size);
     if (memcmp(host, back, size) != 0) DT_FAIL("DION_CHECK: a rejected call wrote into this rank's window");
@@ -694,7 +703,7 @@ static void dt_test_check(dion_win_t win, char *base, size_t size)
     snprintf(want, sizeof want, "peer %d is not a rank", dt_n + 3);
     if (st != DION_ERR_INVALID_ARG)
         DT_FAIL("dion_dev_check returned %s, expected DION_ERR_INVALID_ARG", dion_status_string(st));
-    else if (!strstr(msg, want) || !strstr(msg, "and 6 more"))
+    else if (!strstr(msg, want) || !strstr(msg, "and 10 more"))
         DT_FAIL("dion_dev_check's sentence does not describe the first bad call and count the rest: %s", msg);
     if (dt_rank == 0) printf("  DION_CHECK: %s\n", msg);
     if (dion_dev_check(dt_comm, &dt_dev) != DION_SUCCESS) DT_FAIL("records were reported twice");
@@ -918,6 +927,185 @@ static int dt_peerfail(int n)
     return bad ? 1 : 0;
 }
 
+/* ================================================================================================ */
+/* 11. Packet puts: random sizes and unit-aligned offsets, many rounds per launch through the same slots  */
+/*     with advancing (and wrapping) sequence numbers, thread / warp / block, both ring directions.      */
+
+#define DT_PK_MAX    4096u            /* payload bytes at most */
+#define DT_PK_STRIDE (DT_PK_MAX + 64) /* per round in the source and destination scratch */
+#define DT_PK_SLOT                                                                                           \
+    (DION_PACKET_SPAN(DT_PK_MAX) + 256) /* a slot: the largest message at the largest offset                 \
+                                         */
+#define DT_PK_REGION (1u << 20)         /* slots start here in the window, below DT_PUT_HALF */
+#define DT_PK_ROUNDS 48
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    int to;
+    int group;
+    uint32_t nslots, rounds, seq0;
+    uint64_t *desc; /* per round: bytes, offset in the slot, misalignment of src and dst */
+    char *src, *dst;
+    uint64_t *result;
+} dt_pk_args_t;
+
+DT_KERNEL(dt_pk_kernel, dt_pk_args_t)
+{
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    uint32_t t = dion__block_thread();
+    if (!(a->group == 2 || (a->group == 1 && t < 32) || (a->group == 0 && t == 0))) return;
+    uint32_t seq = a->seq0;
+    for (uint32_t k = 0; k < a->rounds; k++) {
+        uint64_t bytes = a->desc[3 * k], off = a->desc[3 * k + 1], mis = a->desc[3 * k + 2];
+        /* The ring bounds how far a rank runs ahead of its receiver (nranks - 1 rounds): with nslots > that,
+         * a slot is rewritten only after its receiver took the message. */
+        size_t at = DT_PK_REGION + (size_t)(k % a->nslots) * DT_PK_SLOT + off;
+        const char *src = a->src + (size_t)k * DT_PK_STRIDE + mis;
+        char *dst = a->dst + (size_t)k * DT_PK_STRIDE + mis;
+        dion_status_t st;
+        if (a->group == 0) {
+            dion_put_packet(c, a->win, a->to, at, src, bytes, seq);
+            st = dion_wait_packet(c, a->win, at, dst, bytes, seq);
+        } else if (a->group == 1) {
+            dion_put_packet_warp(c, a->win, a->to, at, src, bytes, seq);
+            st = dion_wait_packet_warp(c, a->win, at, dst, bytes, seq);
+        } else {
+            dion_put_packet_block(c, a->win, a->to, at, src, bytes, seq);
+            st = dion_wait_packet_block(c, a->win, at, dst, bytes, seq);
+        }
+        if (st != DION_SUCCESS) { /* every thread of the group sees the same status */
+            if (t == 0) a->result[0] = 1 + k, a->result[1] = (uint64_t)st;
+            return;
+        }
+        seq = dion_packet_seq_next(seq);
+    }
+}
+
+static void dt_test_packets(dion_win_t win, char *base)
+{
+    static const char *gname[] = {"thread", "warp", "block"};
+    dt_rng_t rng = {777};
+    int next = (dt_rank + 1) % dt_n, prev = (dt_rank + dt_n - 1) % dt_n;
+    uint32_t nslots = (uint32_t)dt_n + 1;
+    size_t scratch = (size_t)DT_PK_ROUNDS * DT_PK_STRIDE;
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    uint64_t *desc = (uint64_t *)dt_alloc(sizeof(uint64_t) * 3 * DT_PK_ROUNDS);
+    char *src = (char *)dt_alloc(scratch), *dst = (char *)dt_alloc(scratch);
+    uint8_t *host = (uint8_t *)malloc(scratch);
+    uint64_t hdesc[3 * DT_PK_ROUNDS];
+    /* The slots start zeroed once; later launches reuse them as the previous one left them. */
+    memset(host, 0, (size_t)nslots * DT_PK_SLOT);
+    dt_put(base + DT_PK_REGION, host, (size_t)nslots * DT_PK_SLOT);
+    uint32_t seq = 0xffffffffu - 70; /* the sequence wraps past 0 during the test */
+    for (int launch = 0; launch < 6; launch++) {
+        int group = launch % 3, backward = launch / 3; /* both directions around the ring */
+        int to = backward ? prev : next, from = backward ? next : prev;
+        for (uint32_t k = 0; k < DT_PK_ROUNDS; k++) {
+            uint64_t r = dt_range(&rng, 0, 3);
+            hdesc[3 * k] = r == 0   ? dt_range(&rng, 1, 16)
+                           : r == 1 ? dt_range(&rng, 17, 256)
+                                    : dt_range(&rng, 1, DT_PK_MAX);
+            hdesc[3 * k + 1] = DION_PACKET_UNIT * dt_range(&rng, 0, 15);
+            hdesc[3 * k + 2] = dt_range(&rng, 0, 7);
+        }
+        dt_put(desc, hdesc, sizeof hdesc);
+        uint32_t s = seq;
+        for (uint32_t k = 0; k < DT_PK_ROUNDS; k++, s = dion_packet_seq_next(s))
+            for (uint64_t i = 0; i < DT_PK_STRIDE; i++)
+                host[(size_t)k * DT_PK_STRIDE + i] =
+                    i >= hdesc[3 * k + 2] && i - hdesc[3 * k + 2] < hdesc[3 * k]
+                        ? dt_byte(dt_rank, s, i - hdesc[3 * k + 2])
+                        : 0x5a;
+        dt_put(src, host, scratch);
+        memset(host, 0xa5, scratch);
+        dt_put(dst, host, scratch);
+        uint64_t zero[2] = {0, 0};
+        dt_put(result, zero, sizeof zero);
+        DT_OK(dion_comm_barrier(dt_comm));
+        dt_pk_args_t a = {dt_dev, dion_win_device(win), to, group, nslots, DT_PK_ROUNDS, seq, desc, src, dst,
+                          result};
+        if (DT_LAUNCH(dt_pk_kernel, 1, group == 2 ? DT_BLOCK : 32, &a)) DT_FAIL("launch failed");
+        uint64_t res[2];
+        dt_get(res, result, sizeof res);
+        if (res[0])
+            DT_FAIL("%s packets: round %llu: wait returned %s", gname[group], (unsigned long long)res[0] - 1,
+                    dion_status_string((dion_status_t)res[1]));
+        dt_get(host, dst, scratch);
+        s = seq;
+        for (uint32_t k = 0; k < DT_PK_ROUNDS; k++, s = dion_packet_seq_next(s)) {
+            uint64_t bytes = hdesc[3 * k], mis = hdesc[3 * k + 2];
+            const uint8_t *got = host + (size_t)k * DT_PK_STRIDE;
+            for (uint64_t i = 0; i < DT_PK_STRIDE; i++) {
+                int in = i >= mis && i - mis < bytes;
+                uint8_t want = in ? dt_byte(from, s, i - mis) : 0xa5;
+                if (got[i] != want) {
+                    DT_FAIL("%s packets %s, round %u (seq %u, %llu bytes at slot offset %llu): destination "
+                            "byte %llu is 0x%02x, expected 0x%02x%s",
+                            gname[group], backward ? "backward" : "forward", k, s, (unsigned long long)bytes,
+                            (unsigned long long)hdesc[3 * k + 1], (unsigned long long)i, got[i], want,
+                            in ? "" : " (outside the payload)");
+                    break;
+                }
+            }
+        }
+        seq = s;
+        DT_OK(dion_comm_barrier(dt_comm));
+    }
+    free(host);
+    dt_free(src);
+    dt_free(dst);
+    dt_free(desc);
+    dt_free(result);
+}
+
+/* A packet that never comes: the wait (thread and block) times out with one record naming the sequence. */
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    int group;
+    uint64_t *result;
+} dt_pk_to_args_t;
+
+DT_KERNEL(dt_pk_timeout_kernel, dt_pk_to_args_t)
+{
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    uint32_t t = dion__block_thread();
+    uint8_t got[64];
+    dion_status_t st =
+        a->group ? dion_wait_packet_block(c, a->win, DT_PK_REGION, got, 64, 4242)
+                 : (t == 0 ? dion_wait_packet(c, a->win, DT_PK_REGION, got, 64, 4242) : DION_ERR_TIMEOUT);
+    if (st == DION_ERR_TIMEOUT) dion__counter_add(&a->result[0], 1);
+}
+
+static void dt_test_packet_timeout(dion_win_t win)
+{
+    for (int group = 0; group < 2; group++) {
+        dion_dev_t dev;
+        dion_dev_attr_t attr = {64, 1, 200000000ull, 0}; /* 200 ms */
+        DT_OK(dion_dev_create(dt_comm, &attr, &dev));
+        uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+        dt_pk_to_args_t a = {dev, dion_win_device(win), group, result};
+        unsigned threads = group ? DT_BLOCK : 1;
+        double t0 = dt_now();
+        if (DT_LAUNCH(dt_pk_timeout_kernel, 1, threads, &a)) DT_FAIL("launch failed");
+        double dt = dt_now() - t0;
+        uint64_t r = 0;
+        dt_get(&r, result, sizeof r);
+        if (r != threads) DT_FAIL("%llu of %u threads saw DION_ERR_TIMEOUT", (unsigned long long)r, threads);
+        if (dt < 0.19 || dt > 10) DT_FAIL("the 200 ms packet wait took %.3f s", dt);
+        dion_status_t st = dion_dev_check(dt_comm, &dev);
+        if (st != DION_ERR_TIMEOUT || !strstr(dion_last_error(), "wait_packet") ||
+            !strstr(dion_last_error(), "sequence 4242"))
+            DT_FAIL("dion_dev_check: %s: %s", dion_status_string(st), dion_last_error());
+        else if (dt_rank == 0 && group)
+            printf("  packet timeout: %s\n", dion_last_error());
+        dt_free(result);
+        DT_OK(dion_comm_barrier(dt_comm));
+        DT_OK(dion_dev_destroy(dt_comm, &dev));
+    }
+}
+
 #include "trace_test.h"
 
 static int dt_main(int argc, char **argv)
@@ -966,6 +1154,10 @@ static int dt_main(int argc, char **argv)
         DT_RUN("get thread/warp/block, device barrier", dt_test_get_barrier(win, (char *)base));
         DT_RUN("asymmetric window sizes, a 0-byte part", dt_test_asymmetric());
         DT_RUN("wait timeout with an error record", dt_test_timeout());
+        DT_RUN("packet puts: random sizes and offsets, reused slots, wrapping sequences, thread/warp/block, "
+               "both directions",
+               dt_test_packets(win, (char *)base));
+        DT_RUN("packet wait timeout with an error record", dt_test_packet_timeout(win));
         DT_RUN_EXTRA();
     } else if (!strcmp(mode, "check")) {
         DT_RUN("DION_CHECK=1: rejected calls are recorded and write nothing",
