@@ -41,7 +41,7 @@ NVSHMEM_LIB=$(grep -oP 'NVSHMEM found in \K\S+' "$OUT/configure.log" 2>/dev/null
 [ -n "$NVSHMEM_LIB" ] && export LD_LIBRARY_PATH=$NVSHMEM_LIB/lib:${LD_LIBRARY_PATH:-}
 if want bench1; then
   CUDA_VISIBLE_DEVICES=0 run bench_dion_1gpu 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench \
-    --tests signal,put_signal,put_bw,completion,msgrate,ref --csv "$OUT/bench.csv" --label 1gpu-mps
+    --tests signal,put_signal,put_bw,completion,msgrate,ref,packet --csv "$OUT/bench.csv" --label 1gpu-mps
   [ -x $B/perf/nvshmem_bench ] && CUDA_VISIBLE_DEVICES=0 run bench_nvshmem_1gpu 120 $B/dionrun -n 2 --mps \
     $B/perf/nvshmem_bench --tests signal,put_signal,put_bw,completion,msgrate --csv "$OUT/bench.csv" --label 1gpu-mps
 fi
@@ -69,7 +69,7 @@ if [ "$NGPU" -ge 2 ]; then
     (cd $B && run ctest_pergpu 200 ctest -L gpu --output-on-failure -R pergpu)
   fi
   if want bench2; then
-    run bench_dion_2gpu 120 $B/dionrun -n 2 $B/perf/p2p_bench --tests signal,put_signal,put_bw,completion,msgrate,ref \
+    run bench_dion_2gpu 120 $B/dionrun -n 2 $B/perf/p2p_bench --tests signal,put_signal,put_bw,completion,msgrate,ref,packet \
       --csv "$OUT/bench.csv" --label 2gpu-nvlink
     [ -x $B/perf/nvshmem_bench ] && run bench_nvshmem_2gpu 120 $B/dionrun -n 2 $B/perf/nvshmem_bench \
       --tests signal,put_signal,put_bw,completion,msgrate --csv "$OUT/bench.csv" --label 2gpu-nvlink
