@@ -22,6 +22,7 @@
 
 enum {
     T_SIGNAL,
+    T_SIGNAL_RELAXED,
     T_PS_THREAD,
     T_PS_WARP,
     T_PS_BLOCK,
@@ -93,6 +94,8 @@ template <int op> static PERF_HD void perf_pingpong(const perf_args_t *a)
                 if (!in_group) continue;
                 if (op == T_SIGNAL)
                     dion_signal(c, peer, 0, DION_SIG_SET, v);
+                else if (op == T_SIGNAL_RELAXED)
+                    dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
                 else if (op == T_PS_THREAD)
                     dion_put_signal(c, a->win, peer, a->dst, a->win, 0, a->bytes, 0, DION_SIG_SET, v);
                 else if (op == T_PS_WARP)
@@ -189,7 +192,17 @@ template <int op> static PERF_HD void perf_body(const perf_args_t *a)
         perf_msgrate(a);
 }
 
-template <int op> __global__ void __launch_bounds__(1024) perf_kernel(perf_args_t a)
+/* Block-sized kernels may have 1024 threads; the others at most a warp, so they get registers as p2p_bench's
+ * kernels do. */
+template <int op> struct perf_max_threads {
+    enum {
+        value = op == T_PS_BLOCK || op == T_PQ_BLOCK || op == T_GET_BLOCK || op == T_BW || op == T_MSGRATE
+                    ? 1024
+                    : 32
+    };
+};
+
+template <int op> __global__ void __launch_bounds__(perf_max_threads<op>::value, 1) perf_kernel(perf_args_t a)
 {
     perf_body<op>(&a);
 }
@@ -400,6 +413,7 @@ static double launch(int op, unsigned grid, unsigned threads, perf_args_t *a)
         break
         switch (op) {
             PC(T_SIGNAL);
+            PC(T_SIGNAL_RELAXED);
             PC(T_PS_THREAD);
             PC(T_PS_WARP);
             PC(T_PS_BLOCK);
@@ -429,6 +443,7 @@ static double launch(int op, unsigned grid, unsigned threads, perf_args_t *a)
         break
     switch (op) {
         GC(T_SIGNAL);
+        GC(T_SIGNAL_RELAXED);
         GC(T_PS_THREAD);
         GC(T_PS_WARP);
         GC(T_PS_BLOCK);
@@ -467,7 +482,7 @@ static void csv_row(const char *test, const char *group, long long bytes, const 
     }
     fseek(f, 0, SEEK_END);
     if (ftell(f) == 0) fprintf(f, "impl,label,test,group,bytes,metric,value\n");
-    fprintf(f, "dion,%s,%s,%s,%lld,%s,%.4f\n", O.label, test, group, bytes, metric, value);
+    fprintf(f, "dion,%s,%s,%s,%lld,%s,%.6g\n", O.label, test, group, bytes, metric, value);
     fclose(f);
 }
 
@@ -609,7 +624,13 @@ int main(int argc, char **argv)
     int nsm = 4;
     cudaDeviceProp prop;
     if (!cpu_) {
-        int id = 0;
+        int id = 0, count = 0;
+        cudaError_t e = cudaGetDeviceCount(&count);
+        if (e != cudaSuccess || count == 0) {
+            fprintf(stderr, "dion-perf: no usable GPU (%s); --transport cpu runs the tests on CPU threads\n",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+            return 77;
+        }
         BENCH_CHECK_CUDA(cudaGetDevice(&id));
         BENCH_CHECK_CUDA(cudaGetDeviceProperties(&prop, id));
         nsm = prop.multiProcessorCount;
@@ -721,7 +742,10 @@ int main(int argc, char **argv)
         if (!all) report(test, group, bytes, metric, us, NULL, 0);
     };
 
-    if (wants("signal")) latency_row("signal_pingpong", "thread", T_SIGNAL, 0, 1, "oneway_us", 0.5);
+    if (wants("signal")) {
+        latency_row("signal_pingpong", "thread", T_SIGNAL, 0, 1, "oneway_us", 0.5);
+        latency_row("signal_relaxed_pingpong", "thread", T_SIGNAL_RELAXED, 0, 1, "oneway_us", 0.5);
+    }
     const char *gnames[3] = {"thread", "warp", "block"};
     if (wants("put_signal"))
         for (long long b : sizes)
