@@ -16,7 +16,9 @@
 #include "dion/dion.h"
 #include "dion/dion_device.cuh"
 
-#define PERF_HD __host__ __device__
+/* Bodies take the arguments by value and are inlined into the kernel, so that they stay in the parameter bank
+ * (as p2p_bench passes the handle). */
+#define PERF_HD __host__ __device__ __forceinline__
 
 /* ---- what runs ---- */
 
@@ -68,27 +70,27 @@ static PERF_HD int perf_group_of(int op)
     }
 }
 
-static PERF_HD int perf_failed(const perf_args_t *a)
+static PERF_HD int perf_failed(const perf_args_t &a)
 {
-    return *(volatile const unsigned long long *)&a->status[0] != 0;
+    return *(volatile const unsigned long long *)&a.status[0] != 0;
 }
 
-static PERF_HD void perf_fail(const perf_args_t *a)
+static PERF_HD void perf_fail(const perf_args_t &a)
 {
-    *(volatile unsigned long long *)&a->status[0] = 1;
+    *(volatile unsigned long long *)&a.status[0] = 1;
 }
 
 /* Ping-pong between ranks 0 and 1 on signal 0 (signal or put_signal of one group). */
-template <int op> static PERF_HD void perf_pingpong(const perf_args_t *a)
+template <int op> static PERF_HD void perf_pingpong(const perf_args_t a)
 {
-    dion_ctx_t c = dion_ctx(a->dev, 0);
-    const int initiator = a->dev.rank == 0, peer = a->peer, g = perf_group_of(op);
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    const int initiator = a.dev.rank == 0, peer = a.peer, g = perf_group_of(op);
     const uint32_t tid = dion__block_thread();
     const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
     uint64_t t0 = 0, prev = 0;
-    for (int i = 1; i <= a->warmup + a->iters; i++) {
-        uint64_t v = a->base + (uint64_t)i;
-        if (i == a->warmup + 1 && tid == 0) t0 = prev = dion__time_ns();
+    for (int i = 1; i <= a.warmup + a.iters; i++) {
+        uint64_t v = a.base + (uint64_t)i;
+        if (i == a.warmup + 1 && tid == 0) t0 = prev = dion__time_ns();
         for (int half = 0; half < 2; half++) {
             if ((half == 0) == initiator) {
                 if (!in_group) continue;
@@ -97,20 +99,20 @@ template <int op> static PERF_HD void perf_pingpong(const perf_args_t *a)
                 else if (op == T_SIGNAL_RELAXED)
                     dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
                 else if (op == T_PS_THREAD)
-                    dion_put_signal(c, a->win, peer, a->dst, a->win, 0, a->bytes, 0, DION_SIG_SET, v);
+                    dion_put_signal(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
                 else if (op == T_PS_WARP)
-                    dion_put_signal_warp(c, a->win, peer, a->dst, a->win, 0, a->bytes, 0, DION_SIG_SET, v);
+                    dion_put_signal_warp(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
                 else
-                    dion_put_signal_block(c, a->win, peer, a->dst, a->win, 0, a->bytes, 0, DION_SIG_SET, v);
+                    dion_put_signal_block(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
             } else {
                 if (tid == 0 && dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) perf_fail(a);
                 if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
                 if (perf_failed(a)) return; /* the host sees the error record too */
             }
         }
-        if (initiator && tid == 0 && i > a->warmup) {
+        if (initiator && tid == 0 && i > a.warmup) {
             uint64_t now = dion__time_ns();
-            a->times[i - a->warmup - 1] = now - prev;
+            a.times[i - a.warmup - 1] = now - prev;
             prev = now;
         }
     }
@@ -118,27 +120,27 @@ template <int op> static PERF_HD void perf_pingpong(const perf_args_t *a)
 }
 
 /* One-sided rounds timed on rank 0: put+quiet, get(+quiet), fetch-add; barrier on every rank. */
-template <int op> static PERF_HD void perf_rounds(const perf_args_t *a)
+template <int op> static PERF_HD void perf_rounds(const perf_args_t a)
 {
-    dion_ctx_t c = dion_ctx(a->dev, 0);
-    const int peer = a->peer, g = perf_group_of(op);
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    const int peer = a.peer, g = perf_group_of(op);
     const uint32_t tid = dion__block_thread();
     const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
     uint64_t prev = 0;
-    for (int i = 0; i < a->warmup + a->iters; i++) {
-        if (i == a->warmup && tid == 0) prev = dion__time_ns();
+    for (int i = 0; i < a.warmup + a.iters; i++) {
+        if (i == a.warmup && tid == 0) prev = dion__time_ns();
         if (in_group) {
-            if (op == T_PQ_THREAD) dion_put(c, a->win, peer, a->dst, a->win, 0, a->bytes);
-            if (op == T_PQ_WARP) dion_put_warp(c, a->win, peer, a->dst, a->win, 0, a->bytes);
-            if (op == T_PQ_BLOCK) dion_put_block(c, a->win, peer, a->dst, a->win, 0, a->bytes);
-            if (op == T_GET_THREAD) dion_get(c, a->win, a->dst, a->win, peer, 0, a->bytes);
-            if (op == T_GET_WARP) dion_get_warp(c, a->win, a->dst, a->win, peer, 0, a->bytes);
-            if (op == T_GET_BLOCK) dion_get_block(c, a->win, a->dst, a->win, peer, 0, a->bytes);
+            if (op == T_PQ_THREAD) dion_put(c, a.win, peer, a.dst, a.win, 0, a.bytes);
+            if (op == T_PQ_WARP) dion_put_warp(c, a.win, peer, a.dst, a.win, 0, a.bytes);
+            if (op == T_PQ_BLOCK) dion_put_block(c, a.win, peer, a.dst, a.win, 0, a.bytes);
+            if (op == T_GET_THREAD) dion_get(c, a.win, a.dst, a.win, peer, 0, a.bytes);
+            if (op == T_GET_WARP) dion_get_warp(c, a.win, a.dst, a.win, peer, 0, a.bytes);
+            if (op == T_GET_BLOCK) dion_get_block(c, a.win, a.dst, a.win, peer, 0, a.bytes);
         }
         if (tid == 0) {
             if (op == T_FADD) {
-                uint64_t old = dion_atomic_fetch_add(c, a->win, peer, a->fadd, 1);
-                if (old != (uint64_t)i) a->status[1]++; /* the word counts every round, from 0 */
+                uint64_t old = dion_atomic_fetch_add(c, a.win, peer, a.fadd, 1);
+                if (old != (uint64_t)i) a.status[1]++; /* the word counts every round, from 0 */
             } else if (op == T_BARRIER) {
                 if (dion_barrier(c) != DION_SUCCESS) perf_fail(a);
             } else if (dion_quiet(c) != DION_SUCCESS) {
@@ -147,40 +149,40 @@ template <int op> static PERF_HD void perf_rounds(const perf_args_t *a)
         }
         if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
         if (perf_failed(a)) return;
-        if (tid == 0 && i >= a->warmup) {
+        if (tid == 0 && i >= a.warmup) {
             uint64_t now = dion__time_ns();
-            a->times[i - a->warmup] = now - prev;
+            a.times[i - a.warmup] = now - prev;
             prev = now;
         }
     }
 }
 
 /* Bandwidth: the blocks split bytes into chunks, each a dion_put_block; then each block quiets. */
-static PERF_HD void perf_bw(const perf_args_t *a)
+static PERF_HD void perf_bw(const perf_args_t a)
 {
-    dion_ctx_t c = dion_ctx(a->dev, 0);
-    for (size_t off = dion__block_index() * a->chunk; off < a->bytes; off += a->stride * a->chunk) {
-        size_t n = a->bytes - off < a->chunk ? a->bytes - off : a->chunk;
-        dion_put_block(c, a->win, a->peer, a->dst + off, a->win, off, n);
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    for (size_t off = dion__block_index() * a.chunk; off < a.bytes; off += a.stride * a.chunk) {
+        size_t n = a.bytes - off < a.chunk ? a.bytes - off : a.chunk;
+        dion_put_block(c, a.win, a.peer, a.dst + off, a.win, off, n);
     }
     if (dion__block_thread() == 0 && dion_quiet(c) != DION_SUCCESS) perf_fail(a);
 }
 
 /* Message rate: every thread issues per_thread 8-byte puts to distinct words, then one quiet per block. */
-static PERF_HD void perf_msgrate(const perf_args_t *a)
+static PERF_HD void perf_msgrate(const perf_args_t a)
 {
-    dion_ctx_t c = dion_ctx(a->dev, 0);
-    size_t nt = a->nthreads;
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    size_t nt = a.nthreads;
     size_t t = (size_t)dion__block_index() * dion__block_size() + dion__block_thread();
-    for (int i = 0; i < a->per_thread; i++) {
-        size_t word = (t + (size_t)i * nt) % (size_t)a->msg_words;
-        dion_put(c, a->win, a->peer, a->dst + word * 8, a->win, (word % 1024) * 8, 8);
+    for (int i = 0; i < a.per_thread; i++) {
+        size_t word = (t + (size_t)i * nt) % (size_t)a.msg_words;
+        dion_put(c, a.win, a.peer, a.dst + word * 8, a.win, (word % 1024) * 8, 8);
     }
     dion__group_sync(DION__BLOCK);
     if (dion__block_thread() == 0 && dion_quiet(c) != DION_SUCCESS) perf_fail(a);
 }
 
-template <int op> static PERF_HD void perf_body(const perf_args_t *a)
+template <int op> static PERF_HD void perf_body(const perf_args_t a)
 {
     if (op <= T_PS_BLOCK)
         perf_pingpong<op>(a);
@@ -204,12 +206,12 @@ template <int op> struct perf_max_threads {
 
 template <int op> __global__ void __launch_bounds__(perf_max_threads<op>::value, 1) perf_kernel(perf_args_t a)
 {
-    perf_body<op>(&a);
+    perf_body<op>(a);
 }
 
 template <int op> static void perf_cpu_entry(void *p)
 {
-    perf_body<op>((const perf_args_t *)p);
+    perf_body<op>(*(const perf_args_t *)p);
 }
 
 /* ---- host side ---- */
