@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
-"""Draws the benchmark CSVs (impl,label,test,group,bytes,metric,value) written by p2p_bench, nvshmem_bench and
-nccl_lsa_bench: put_signal one-way latency against size per cooperation group, DION's packet puts against\nput_signal (the crossover), and a summary of the rest.
+"""Draws the benchmark CSVs (impl,label,test,group,bytes,metric,value) written by dion-perf, p2p_bench,
+nvshmem_bench and nccl_lsa_bench, one line per library (dion, nvshmem, nccl_lsa):
+  - latency against size per cooperation group: put_signal ping-pong (one-way), put + quiet, get;
+  - bandwidth against size: put_bw (one way) and put_bw_bidir (both ways at once);
+  - DION's packet puts against put_signal (the crossover size);
+  - a summary of single-size rows.
+A header line (dion-perf writes one into a new file) is skipped. Needs matplotlib (not part of CI).
 usage: plot.py OUTDIR FILE.csv [FILE.csv ...]"""
 import csv
 import os
 import sys
 from collections import defaultdict
 
-import matplotlib
+try:
+    import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: E402
+except ImportError:
+    sys.exit("plot.py needs matplotlib (pip install matplotlib)")
 
 STYLE = {"dion": ("tab:blue", "o"), "nvshmem": ("tab:orange", "s"), "nccl_lsa": ("tab:green", "^")}
 
@@ -20,36 +28,70 @@ def load(paths):
     for p in paths:
         with open(p) as f:
             for r in csv.reader(f):
-                if len(r) != 7:
+                if len(r) != 7 or r[0] == "impl":
                     continue
                 impl, label, test, group, size, metric, value = r
                 rows.append((impl, label, test, group, int(size), metric, float(value)))
     return rows
 
 
-def latency_plot(rows, label, out):
+def series_of(rows, label, test, group, metric):
+    """{impl: [(bytes, value)]} sorted by size; the last value of a repeated point wins."""
+    pts = defaultdict(dict)
+    for impl, lab, t, g, size, m, value in rows:
+        if lab == label and t == test and g == group and m == metric:
+            pts[impl][size] = value
+    return {impl: sorted(p.items()) for impl, p in pts.items()}
+
+
+def latency_plot(rows, label, out, test="put_signal_pingpong", metric="oneway_us",
+                 title="put_signal ping-pong, one-way = half a round trip", ylabel="one-way latency (us)"):
     groups = ["thread", "warp", "block"]
+    if not any(series_of(rows, label, test, g, metric) for g in groups):
+        return False
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=False)
     for ax, g in zip(axes, groups):
-        series = defaultdict(list)
-        for impl, lab, test, group, size, metric, value in rows:
-            if lab == label and test == "put_signal_pingpong" and group == g:
-                series[impl].append((size, value))
+        series = series_of(rows, label, test, g, metric)
         for impl, pts in sorted(series.items()):
             pts.sort()
             color, marker = STYLE.get(impl, ("gray", "x"))
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=impl)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_title(f"put_signal {g}")
+        ax.set_title(f"{test} {g}")
         ax.set_xlabel("bytes")
-        ax.set_ylabel("one-way latency (us)")
+        ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.suptitle(f"put_signal ping-pong, one-way = half a round trip ({label})")
+        if series:
+            ax.legend()
+    fig.suptitle(f"{title} ({label})")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+    return True
+
+
+def bandwidth_plot(rows, label, out):
+    tests = [("put_bw", "put, one way"), ("put_bw_bidir", "put, both ways at once")]
+    if not any(series_of(rows, label, t, "block", "GBps_median") for t, _ in tests):
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, (t, name) in zip(axes, tests):
+        for impl, pts in sorted(series_of(rows, label, t, "block", "GBps_median").items()):
+            color, marker = STYLE.get(impl, ("gray", "x"))
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=impl)
+        ax.set_xscale("log", base=2)
+        ax.set_title(name)
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("GB/s (median)")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.lines:
+            ax.legend()
+    fig.suptitle(f"put bandwidth against size ({label})")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def packet_plot(rows, label, out):
@@ -121,6 +163,11 @@ def main():
     os.makedirs(outdir, exist_ok=True)
     for label in sorted({r[1] for r in rows}):
         latency_plot(rows, label, os.path.join(outdir, f"put_signal_latency_{label}.png"))
+        latency_plot(rows, label, os.path.join(outdir, f"put_quiet_latency_{label}.png"), "put_quiet",
+                     "latency_us", "put + quiet completion", "latency (us)")
+        latency_plot(rows, label, os.path.join(outdir, f"get_latency_{label}.png"), "get", "latency_us",
+                     "get (+ quiet)", "latency (us)")
+        bandwidth_plot(rows, label, os.path.join(outdir, f"bandwidth_{label}.png"))
         summary_plot(rows, label, os.path.join(outdir, f"summary_{label}.png"))
         packet_plot(rows, label, os.path.join(outdir, f"packet_vs_put_signal_{label}.png"))
     print("plots in", outdir)

@@ -260,10 +260,11 @@ if [ "$mode" = run ]; then
   if has_gpu; then
     say "GPU: two ranks bounce 64 KiB with put_signal_block (dionrun -n 2 --mps gpu_pingpong)"
     "$bin/dionrun" -n 2 --mps --timeout 120 "$bin/examples/gpu_pingpong"
-    say "GPU: the same size and variant in the benchmark (perf/p2p_bench; full runs: perf/run_gpu.sh)"
-    "$bin/dionrun" -n 2 --mps --timeout 300 "$bin/perf/p2p_bench" --tests put_signal --sizes 65536 --groups block
+    say "GPU: the same size and variant in the benchmark (dion-perf; full runs: perf/run_gpu.sh)"
+    "$bin/dionrun" -n 2 --mps --timeout 300 "$bin/perf/dion-perf" --tests put_signal --sizes 65536 --groups block
     say "GPU: signal and put_signal latency at every size"
-    "$bin/dionrun" -n 2 --mps --timeout 300 "$bin/perf/p2p_bench" --tests signal,put_signal
+    "$bin/dionrun" -n 2 --mps --timeout 300 "$bin/perf/dion-perf" --tests signal,put_signal \
+      --sizes 8,64,1024,4096,16384,65536,262144,1048576
   fi
   say "setup run complete"
   exit 0

@@ -1,0 +1,877 @@
+/* dion-perf: DION's benchmark program for every backend (issue 10), in the manner of NVSHMEM's perftest,
+ * nccl-tests and ucx_perftest. Rank 0 and rank 1 take part in the two-sided tests, every rank in barrier:
+ *   dionrun -n 2 [--mps] dion-perf [latency|bandwidth|msgrate|all] [--tests LIST] [--transport KIND] ...
+ * Kernel bodies are __host__ __device__: on a GPU they run as kernels and latency rows are timed per
+ * iteration with %globaltimer; with --transport cpu the same bodies run on CPU threads (dion_cpu_launch) over
+ * host windows, timed with the host clock. Every launch is checked and every result verified before a time
+ * is printed. Output: a table on stdout and CSV rows impl,label,test,group,bytes,metric,value (--csv). */
+#include <math.h>
+#include <time.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "dion/dion.h"
+#include "dion/dion_device.cuh"
+
+/* Bodies take the arguments by value and are inlined into the kernel, so that they stay in the parameter bank
+ * (as p2p_bench passes the handle). */
+#define PERF_HD __host__ __device__ __forceinline__
+
+/* ---- what runs ---- */
+
+enum {
+    T_SIGNAL,
+    T_SIGNAL_RELAXED,
+    T_PS_THREAD,
+    T_PS_WARP,
+    T_PS_BLOCK,
+    T_PQ_THREAD,
+    T_PQ_WARP,
+    T_PQ_BLOCK,
+    T_GET_THREAD,
+    T_GET_WARP,
+    T_GET_BLOCK,
+    T_FADD,
+    T_BARRIER,
+    T_BW,
+    T_MSGRATE
+};
+
+/* Window layout: sources at 0, landing area at dst, the fetch-add word at fadd. */
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    size_t bytes, dst, fadd;
+    int iters, warmup, peer;
+    uint64_t base;              /* signal values continue from here, so that no run sees stale ones */
+    uint64_t *times;            /* [iters] per-iteration durations (ns), written by the timing thread */
+    unsigned long long *status; /* [0]: nonzero when a device call failed; [1]: data errors */
+    size_t chunk, stride;       /* put_bw: bytes per block and round, and chunks per round */
+    size_t nthreads;            /* msgrate: threads in the grid */
+    int per_thread, msg_words;  /* msgrate: 8 B puts per thread, distinct words in the landing area */
+} perf_args_t;
+
+static PERF_HD int perf_group_of(int op)
+{
+    switch (op) {
+    case T_PS_WARP:
+    case T_PQ_WARP:
+    case T_GET_WARP:
+        return DION__WARP;
+    case T_PS_BLOCK:
+    case T_PQ_BLOCK:
+    case T_GET_BLOCK:
+        return DION__BLOCK;
+    default:
+        return DION__THREAD;
+    }
+}
+
+static PERF_HD int perf_failed(const perf_args_t &a)
+{
+    return *(volatile const unsigned long long *)&a.status[0] != 0;
+}
+
+static PERF_HD void perf_fail(const perf_args_t &a)
+{
+    *(volatile unsigned long long *)&a.status[0] = 1;
+}
+
+/* Ping-pong between ranks 0 and 1 on signal 0 (signal or put_signal of one group). */
+template <int op> static PERF_HD void perf_pingpong(const perf_args_t a)
+{
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    const int initiator = a.dev.rank == 0, peer = a.peer, g = perf_group_of(op);
+    const uint32_t tid = dion__block_thread();
+    const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
+    uint64_t t0 = 0, prev = 0;
+    for (int i = 1; i <= a.warmup + a.iters; i++) {
+        uint64_t v = a.base + (uint64_t)i;
+        if (i == a.warmup + 1 && tid == 0) t0 = prev = dion__time_ns();
+        for (int half = 0; half < 2; half++) {
+            if ((half == 0) == initiator) {
+                if (!in_group) continue;
+                if (op == T_SIGNAL)
+                    dion_signal(c, peer, 0, DION_SIG_SET, v);
+                else if (op == T_SIGNAL_RELAXED)
+                    dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
+                else if (op == T_PS_THREAD)
+                    dion_put_signal(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
+                else if (op == T_PS_WARP)
+                    dion_put_signal_warp(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
+                else
+                    dion_put_signal_block(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
+            } else {
+                if (tid == 0 && dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) perf_fail(a);
+                if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
+                if (perf_failed(a)) return; /* the host sees the error record too */
+            }
+        }
+        if (initiator && tid == 0 && i > a.warmup) {
+            uint64_t now = dion__time_ns();
+            a.times[i - a.warmup - 1] = now - prev;
+            prev = now;
+        }
+    }
+    (void)t0;
+}
+
+/* One-sided rounds timed on rank 0: put+quiet, get(+quiet), fetch-add; barrier on every rank. */
+template <int op> static PERF_HD void perf_rounds(const perf_args_t a)
+{
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    const int peer = a.peer, g = perf_group_of(op);
+    const uint32_t tid = dion__block_thread();
+    const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
+    uint64_t prev = 0;
+    for (int i = 0; i < a.warmup + a.iters; i++) {
+        if (i == a.warmup && tid == 0) prev = dion__time_ns();
+        if (in_group) {
+            if (op == T_PQ_THREAD) dion_put(c, a.win, peer, a.dst, a.win, 0, a.bytes);
+            if (op == T_PQ_WARP) dion_put_warp(c, a.win, peer, a.dst, a.win, 0, a.bytes);
+            if (op == T_PQ_BLOCK) dion_put_block(c, a.win, peer, a.dst, a.win, 0, a.bytes);
+            if (op == T_GET_THREAD) dion_get(c, a.win, a.dst, a.win, peer, 0, a.bytes);
+            if (op == T_GET_WARP) dion_get_warp(c, a.win, a.dst, a.win, peer, 0, a.bytes);
+            if (op == T_GET_BLOCK) dion_get_block(c, a.win, a.dst, a.win, peer, 0, a.bytes);
+        }
+        if (tid == 0) {
+            if (op == T_FADD) {
+                uint64_t old = dion_atomic_fetch_add(c, a.win, peer, a.fadd, 1);
+                if (old != (uint64_t)i) a.status[1]++; /* the word counts every round, from 0 */
+            } else if (op == T_BARRIER) {
+                if (dion_barrier(c) != DION_SUCCESS) perf_fail(a);
+            } else if (dion_quiet(c) != DION_SUCCESS) {
+                perf_fail(a);
+            }
+        }
+        if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
+        if (perf_failed(a)) return;
+        if (tid == 0 && i >= a.warmup) {
+            uint64_t now = dion__time_ns();
+            a.times[i - a.warmup] = now - prev;
+            prev = now;
+        }
+    }
+}
+
+/* Bandwidth: the blocks split bytes into chunks, each a dion_put_block; then each block quiets. */
+static PERF_HD void perf_bw(const perf_args_t a)
+{
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    for (size_t off = dion__block_index() * a.chunk; off < a.bytes; off += a.stride * a.chunk) {
+        size_t n = a.bytes - off < a.chunk ? a.bytes - off : a.chunk;
+        dion_put_block(c, a.win, a.peer, a.dst + off, a.win, off, n);
+    }
+    if (dion__block_thread() == 0 && dion_quiet(c) != DION_SUCCESS) perf_fail(a);
+}
+
+/* Message rate: every thread issues per_thread 8-byte puts to distinct words, then one quiet per block. */
+static PERF_HD void perf_msgrate(const perf_args_t a)
+{
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    size_t nt = a.nthreads;
+    size_t t = (size_t)dion__block_index() * dion__block_size() + dion__block_thread();
+    for (int i = 0; i < a.per_thread; i++) {
+        size_t word = (t + (size_t)i * nt) % (size_t)a.msg_words;
+        dion_put(c, a.win, a.peer, a.dst + word * 8, a.win, (word % 1024) * 8, 8);
+    }
+    dion__group_sync(DION__BLOCK);
+    if (dion__block_thread() == 0 && dion_quiet(c) != DION_SUCCESS) perf_fail(a);
+}
+
+template <int op> static PERF_HD void perf_body(const perf_args_t a)
+{
+    if (op <= T_PS_BLOCK)
+        perf_pingpong<op>(a);
+    else if (op <= T_BARRIER)
+        perf_rounds<op>(a);
+    else if (op == T_BW)
+        perf_bw(a);
+    else
+        perf_msgrate(a);
+}
+
+/* Block-sized kernels may have 1024 threads; the others at most a warp, so they get registers as p2p_bench's
+ * kernels do. */
+template <int op> struct perf_max_threads {
+    enum {
+        value = op == T_PS_BLOCK || op == T_PQ_BLOCK || op == T_GET_BLOCK || op == T_BW || op == T_MSGRATE
+                    ? 1024
+                    : 32
+    };
+};
+
+template <int op> __global__ void __launch_bounds__(perf_max_threads<op>::value, 1) perf_kernel(perf_args_t a)
+{
+    perf_body<op>(a);
+}
+
+template <int op> static void perf_cpu_entry(void *p)
+{
+    perf_body<op>(*(const perf_args_t *)p);
+}
+
+/* ---- host side ---- */
+
+typedef struct {
+    std::string tests;
+    const char *transport = "auto", *csv = NULL, *label = "", *sizes = NULL, *groups = "thread,warp,block";
+    long long min = 8, max = -1, thread_max = 4096;
+    int iters = -1, warmup = -1, reps = -1, block_threads = -1;
+} perf_opts_t;
+
+static perf_opts_t O;
+static int rank_, nranks_, cpu_;
+static dion_comm_t comm;
+
+#define OK(call)                                                                                             \
+    do {                                                                                                     \
+        dion_status_t s_ = (call);                                                                           \
+        if (s_ != DION_SUCCESS) {                                                                            \
+            fprintf(stderr, "FAIL rank %d: %s: %s: %s\n", rank_, #call, dion_status_string(s_),              \
+                    dion_last_error());                                                                      \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+static const char *ALL_TESTS =
+    "signal,put_signal,put_bw,put_bw_bidir,msgrate,put_quiet,get,fetch_add,barrier,proxy_pickup";
+
+static void usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s [latency|bandwidth|msgrate|all] [options]\n"
+            "  --tests LIST      comma-separated, from: %s\n"
+            "                    (latency = signal,put_signal; bandwidth = put_bw,put_bw_bidir)\n"
+            "  --transport KIND  auto, p2p, proxy, gdaki or cpu (CPU threads over host windows)\n"
+            "  --groups LIST     thread,warp,block     --block-threads N (block size; default 1024, cpu 8)\n"
+            "  --min B --max B   sizes: powers of two from min to max   --sizes B,B,...   --thread-max B\n"
+            "  --iters N --warmup N   timed and untimed rounds of latency rows   --reps N (bw, msgrate)\n"
+            "  --csv FILE --label L   append CSV rows (impl,label,test,group,bytes,metric,value)\n",
+            argv0, ALL_TESTS);
+    exit(2);
+}
+
+static void parse(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "latency") || !strcmp(a, "bandwidth") || !strcmp(a, "msgrate") || !strcmp(a, "all")) {
+            const char *t = !strcmp(a, "latency")     ? "signal,put_signal"
+                            : !strcmp(a, "bandwidth") ? "put_bw,put_bw_bidir"
+                            : !strcmp(a, "msgrate")   ? "msgrate"
+                                                      : ALL_TESTS;
+            O.tests += (O.tests.empty() ? "" : ",") + std::string(t);
+            continue;
+        }
+        if (!v || a[0] != '-') usage(argv[0]);
+        i++;
+        if (!strcmp(a, "--tests")) {
+            std::string t = v;
+            if (t == "latency") t = "signal,put_signal";
+            if (t == "bandwidth") t = "put_bw,put_bw_bidir";
+            if (t == "all") t = ALL_TESTS;
+            O.tests += (O.tests.empty() ? "" : ",") + t;
+        } else if (!strcmp(a, "--transport"))
+            O.transport = v;
+        else if (!strcmp(a, "--csv"))
+            O.csv = v;
+        else if (!strcmp(a, "--label"))
+            O.label = v;
+        else if (!strcmp(a, "--sizes"))
+            O.sizes = v;
+        else if (!strcmp(a, "--groups"))
+            O.groups = v;
+        else if (!strcmp(a, "--min"))
+            O.min = atoll(v);
+        else if (!strcmp(a, "--max"))
+            O.max = atoll(v);
+        else if (!strcmp(a, "--thread-max"))
+            O.thread_max = atoll(v);
+        else if (!strcmp(a, "--iters"))
+            O.iters = atoi(v);
+        else if (!strcmp(a, "--warmup"))
+            O.warmup = atoi(v);
+        else if (!strcmp(a, "--reps"))
+            O.reps = atoi(v);
+        else if (!strcmp(a, "--block-threads"))
+            O.block_threads = atoi(v);
+        else
+            usage(argv[0]);
+    }
+    if (O.tests.empty()) O.tests = ALL_TESTS;
+    if (O.tests.find("completion") != std::string::npos) O.tests += ",put_quiet"; /* p2p_bench's name */
+}
+
+static int wants(const char *t)
+{
+    return bench_in_list(O.tests.c_str(), t);
+}
+
+static std::vector<long long> size_list(void)
+{
+    std::vector<long long> s;
+    if (O.sizes) {
+        for (const char *p = O.sizes; *p;) {
+            char *end;
+            long long b = strtoll(p, &end, 10);
+            if (end == p || b <= 0) {
+                fprintf(stderr, "dion-perf: --sizes wants positive byte counts: '%s'\n", O.sizes);
+                exit(2);
+            }
+            s.push_back(b);
+            p = *end == ',' ? end + 1 : end;
+        }
+    } else {
+        for (long long b = O.min; b <= O.max; b *= 2) s.push_back(b);
+        if (s.empty() || O.min <= 0 || (O.min & (O.min - 1))) {
+            fprintf(stderr, "dion-perf: --min %lld --max %lld: min must be a power of two >= 1 and <= max\n",
+                    O.min, O.max);
+            exit(2);
+        }
+    }
+    return s;
+}
+
+/* ---- memory that is GPU memory or, in CPU mode, host memory ---- */
+
+static void *buf_alloc(size_t n)
+{
+    void *p = NULL;
+    if (cpu_) {
+        p = calloc(1, n);
+        if (!p) exit(1);
+    } else {
+        BENCH_CHECK_CUDA(cudaMalloc(&p, n));
+        BENCH_CHECK_CUDA(cudaMemset(p, 0, n));
+    }
+    return p;
+}
+
+static void buf_free(void *p)
+{
+    if (cpu_)
+        free(p);
+    else
+        cudaFree(p);
+}
+
+static void to_host(void *dst, const void *src, size_t n)
+{
+    if (cpu_)
+        memcpy(dst, src, n);
+    else
+        BENCH_CHECK_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
+}
+
+static void to_dev(void *dst, const void *src, size_t n)
+{
+    if (cpu_)
+        memcpy(dst, src, n);
+    else
+        BENCH_CHECK_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+}
+
+static void zero(void *p, size_t n)
+{
+    if (cpu_)
+        memset(p, 0, n);
+    else
+        BENCH_CHECK_CUDA(cudaMemset(p, 0, n));
+}
+
+/* 1 when bytes at mem+dst are not peer's source bytes from src_off on (and says which). */
+static int check_landed(const char *mem, size_t dst, size_t src_off, size_t bytes, int peer, const char *what)
+{
+    std::vector<unsigned char> h(bytes);
+    to_host(h.data(), mem + dst, bytes);
+    for (size_t i = 0; i < bytes; i++)
+        if (h[i] != bench_byte(peer, src_off + i)) {
+            fprintf(stderr, "FAIL rank %d %s: byte %zu of %zu did not arrive (0x%02x, expected 0x%02x)\n",
+                    rank_, what, i, bytes, h[i], bench_byte(peer, src_off + i));
+            return 1;
+        }
+    return 0;
+}
+
+static double host_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+/* Runs op on grid x threads (a kernel, or CPU threads) and returns its time in ns (events / host clock). */
+static double launch(int op, unsigned grid, unsigned threads, perf_args_t *a)
+{
+    if (cpu_) {
+        void (*fn)(void *) = NULL;
+#define PC(o)                                                                                                \
+    case o:                                                                                                  \
+        fn = perf_cpu_entry<o>;                                                                              \
+        break
+        switch (op) {
+            PC(T_SIGNAL);
+            PC(T_SIGNAL_RELAXED);
+            PC(T_PS_THREAD);
+            PC(T_PS_WARP);
+            PC(T_PS_BLOCK);
+            PC(T_PQ_THREAD);
+            PC(T_PQ_WARP);
+            PC(T_PQ_BLOCK);
+            PC(T_GET_THREAD);
+            PC(T_GET_WARP);
+            PC(T_GET_BLOCK);
+            PC(T_FADD);
+            PC(T_BARRIER);
+            PC(T_BW);
+            PC(T_MSGRATE);
+        }
+#undef PC
+        double t0 = host_ns();
+        OK(dion_cpu_launch(grid, threads, fn, a));
+        return host_ns() - t0;
+    }
+    cudaEvent_t e0, e1;
+    BENCH_CHECK_CUDA(cudaEventCreate(&e0));
+    BENCH_CHECK_CUDA(cudaEventCreate(&e1));
+    BENCH_CHECK_CUDA(cudaEventRecord(e0));
+#define GC(o)                                                                                                \
+    case o:                                                                                                  \
+        perf_kernel<o><<<grid, threads>>>(*a);                                                               \
+        break
+    switch (op) {
+        GC(T_SIGNAL);
+        GC(T_SIGNAL_RELAXED);
+        GC(T_PS_THREAD);
+        GC(T_PS_WARP);
+        GC(T_PS_BLOCK);
+        GC(T_PQ_THREAD);
+        GC(T_PQ_WARP);
+        GC(T_PQ_BLOCK);
+        GC(T_GET_THREAD);
+        GC(T_GET_WARP);
+        GC(T_GET_BLOCK);
+        GC(T_FADD);
+        GC(T_BARRIER);
+        GC(T_BW);
+        GC(T_MSGRATE);
+    }
+#undef GC
+    BENCH_CHECK_LAUNCH("a dion-perf kernel");
+    BENCH_CHECK_CUDA(cudaEventRecord(e1));
+    BENCH_CHECK_CUDA(cudaEventSynchronize(e1));
+    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+    float ms = 0;
+    BENCH_CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms * 1e6;
+}
+
+/* ---- output ---- */
+
+static void csv_row(const char *test, const char *group, long long bytes, const char *metric, double value)
+{
+    if (!O.csv || rank_ != 0) return;
+    FILE *f = fopen(O.csv, "a");
+    if (!f) {
+        fprintf(stderr, "dion-perf: cannot append to %s\n", O.csv);
+        exit(1);
+    }
+    fseek(f, 0, SEEK_END);
+    if (ftell(f) == 0) fprintf(f, "impl,label,test,group,bytes,metric,value\n");
+    fprintf(f, "dion,%s,%s,%s,%lld,%s,%.6g\n", O.label, test, group, bytes, metric, value);
+    fclose(f);
+}
+
+static void header(void)
+{
+    if (rank_ != 0) return;
+    printf("%-22s %-6s %10s  %-11s %10s %10s %10s %10s  %s\n", "test", "group", "bytes", "metric", "min",
+           "median", "p99", "mean", "extra");
+}
+
+/* One row: min / median / p99 (and mean) of the per-iteration values vals (microseconds) under metric; extra
+ * is a derived figure (GB/s, Mops) with its own metric name, or NULL. */
+static void report(const char *test, const char *group, long long bytes, const char *metric,
+                   std::vector<double> vals, const char *extra_metric, double extra)
+{
+    if (rank_ != 0 || vals.empty()) return;
+    std::sort(vals.begin(), vals.end());
+    size_t n = vals.size(), k99 = (size_t)ceil(0.99 * (double)n);
+    double mn = vals[0], med = vals[n / 2], p99 = vals[k99 ? k99 - 1 : 0], sum = 0;
+    for (double v : vals) sum += v;
+    double mean = sum / (double)n;
+    char ex[64] = "";
+    if (extra_metric) snprintf(ex, sizeof ex, "%.3f %s", extra, extra_metric);
+    printf("%-22s %-6s %10lld  %-11s %10.3f %10.3f %10.3f %10.3f  %s\n", test, group, bytes, metric, mn, med,
+           p99, mean, ex);
+    fflush(stdout);
+    std::string m = metric;
+    csv_row(test, group, bytes, metric, mean); /* the name p2p_bench and plot.py use: the mean */
+    csv_row(test, group, bytes, (m + "_min").c_str(), mn);
+    csv_row(test, group, bytes, (m + "_median").c_str(), med);
+    csv_row(test, group, bytes, (m + "_p99").c_str(), p99);
+    if (extra_metric) csv_row(test, group, bytes, extra_metric, extra);
+}
+
+static void skipped(const char *test, const char *why)
+{
+    if (rank_ == 0) printf("%-22s skipped: %s\n", test, why);
+}
+
+/* ---- transports ---- */
+
+/* Sets the environment before init: DION_CPU_MODE for cpu, DION_TRANSPORT otherwise. */
+static void pick_transport(void)
+{
+    const char *t = O.transport;
+    if (!strcmp(t, "cpu")) {
+        setenv("DION_CPU_MODE", "1", 1);
+        cpu_ = 1;
+    } else if (!strcmp(t, "p2p") || !strcmp(t, "proxy") || !strcmp(t, "gdaki")) {
+        setenv("DION_TRANSPORT", t, 1);
+    } else if (strcmp(t, "auto") != 0) {
+        fprintf(stderr, "dion-perf: --transport %s: one of auto, p2p, proxy, gdaki, cpu\n", t);
+        exit(2);
+    }
+}
+
+/* A setup call that fails because the requested transport is missing ends the run with 77 (skipped). */
+static void setup_ok(dion_status_t s, const char *what)
+{
+    if (s == DION_SUCCESS) return;
+    if (strcmp(O.transport, "auto") != 0 && strcmp(O.transport, "cpu") != 0) {
+        fprintf(stderr,
+                "dion-perf: transport %s is not available in this build or on this machine (%s: %s)\n",
+                O.transport, what, dion_last_error());
+        exit(77);
+    }
+    fprintf(stderr, "FAIL rank %d: %s: %s: %s\n", rank_, what, dion_status_string(s), dion_last_error());
+    exit(1);
+}
+
+static const char *transport_name(uint32_t t)
+{
+    switch (t) {
+    case DION_TRANSPORT_NONE:
+        return "none";
+    case DION_TRANSPORT_SELF:
+        return "self";
+    case DION_TRANSPORT_P2P:
+        return "p2p";
+#ifdef DION_DEVF_PROXY
+    case DION_TRANSPORT_PROXY:
+        return "proxy";
+#endif
+    default:
+        return "other";
+    }
+}
+
+/* Whether any peer of this handle is served by the proxy (a build without the proxy kind has none). */
+static int has_proxy_peer(const dion_dev_t *dev)
+{
+#ifdef DION_DEVF_PROXY
+    for (int p = 0; p < dev->nranks && p < DION_DEV_INLINE_PEERS; p++)
+        if (dev->peer_inline[p].transport == DION_TRANSPORT_PROXY) return 1;
+#else
+    (void)dev;
+#endif
+    return 0;
+}
+
+/* The sum of v over all ranks. */
+static dion_status_t sum_all(int v, int *sum)
+{
+    std::vector<int> all(nranks_);
+    dion_status_t s = dion_comm_allgather(comm, &v, sizeof v, all.data());
+    *sum = 0;
+    for (int x : all) *sum += x;
+    return s;
+}
+
+/* A transport asked for by name must serve peer 1 (DION_TRANSPORT alone may fall back or be ignored). */
+static void check_transport(const dion_dev_t *dev)
+{
+    const char *want = O.transport, *got = transport_name(dev->peer_inline[1].transport);
+    if (!strcmp(want, "auto") || !strcmp(want, "cpu") || !strcmp(want, got)) return;
+    if (!strcmp(want, "gdaki") && strcmp(got, "other") == 0) return; /* a kind this file does not name yet */
+    if (rank_ == 0)
+        fprintf(stderr,
+                "dion-perf: transport %s is not available in this build or on this machine (peer 1 is "
+                "served by %s)\n",
+                want, got);
+    exit(77);
+}
+
+/* ---- main ---- */
+
+int main(int argc, char **argv)
+{
+    parse(argc, argv);
+    pick_transport();
+    setup_ok(dion_comm_init_env(&comm), "dion_comm_init_env");
+    rank_ = dion_comm_rank(comm);
+    nranks_ = dion_comm_size(comm);
+    if (nranks_ < 2) {
+        fprintf(stderr, "dion-perf needs at least 2 ranks (dionrun -n 2)\n");
+        return 2;
+    }
+    const int active = rank_ < 2, peer = rank_ ^ 1;
+    int nsm = 4;
+    cudaDeviceProp prop;
+    if (!cpu_) {
+        int id = 0, count = 0;
+        cudaError_t e = cudaGetDeviceCount(&count);
+        if (e != cudaSuccess || count == 0) {
+            fprintf(stderr, "dion-perf: no usable GPU (%s); --transport cpu runs the tests on CPU threads\n",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+            return 77;
+        }
+        BENCH_CHECK_CUDA(cudaGetDevice(&id));
+        BENCH_CHECK_CUDA(cudaGetDeviceProperties(&prop, id));
+        nsm = prop.multiProcessorCount;
+    }
+    /* defaults: GPU runs as p2p_bench does; CPU mode is for checking, small and short */
+    if (O.max < 0) O.max = cpu_ ? 4096 : 1048576;
+    if (O.iters < 0) O.iters = cpu_ ? 200 : 10000;
+    if (O.warmup < 0) O.warmup = O.iters / 10;
+    if (O.reps < 0) O.reps = cpu_ ? 5 : 20;
+    if (O.block_threads < 0) O.block_threads = cpu_ ? 8 : 1024;
+    if (O.iters < 1 || O.warmup < 0 || O.reps < 1 || O.block_threads < 1 || O.block_threads > 1024) {
+        fprintf(stderr, "dion-perf: --iters, --reps >= 1, --warmup >= 0, --block-threads 1..1024\n");
+        return 2;
+    }
+    std::vector<long long> sizes = size_list();
+    long long maxb = *std::max_element(sizes.begin(), sizes.end());
+    const int msg_words = cpu_ ? 512 : 65536; /* 4 KiB / 512 KiB of distinct 8-byte targets */
+    size_t area = std::max((size_t)maxb, (size_t)msg_words * 8);
+    area = (area + 4095) / 4096 * 4096;
+    size_t win_bytes = 2 * area + 4096;
+
+    char *base = NULL;
+    dion_win_t win;
+    setup_ok(dion_win_alloc(comm, win_bytes, cpu_, (void **)&base, &win), "dion_win_alloc");
+    dion_dev_attr_t attr = {64, 1, 0, cpu_ ? DION_DEV_FLAG_CPU : 0u};
+    dion_dev_t dev;
+    setup_ok(dion_dev_create(comm, &attr, &dev), "dion_dev_create");
+    check_transport(&dev);
+    {
+        std::vector<unsigned char> src(area);
+        for (size_t i = 0; i < area; i++) src[i] = bench_byte(rank_, i);
+        to_dev(base, src.data(), area);
+    }
+    unsigned long long *status = (unsigned long long *)buf_alloc(64);
+    uint64_t *times = (uint64_t *)buf_alloc(sizeof(uint64_t) * (size_t)O.iters);
+    if (!cpu_) {
+        bench_spin<<<nsm, 256>>>(400000000ull, status); /* clocks up before timing anything */
+        BENCH_CHECK_LAUNCH("bench_spin");
+        BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+        zero(status, 64);
+    }
+    if (rank_ == 0) {
+        printf("# dion-perf: %d ranks, %s, transport %s (peer 1: %s), iters %d, warm-up %d\n", nranks_,
+               cpu_ ? "CPU mode (host clock)" : prop.name, O.transport,
+               transport_name(dev.peer_inline[1].transport), O.iters, O.warmup);
+        header();
+    }
+
+    perf_args_t a;
+    memset(&a, 0, sizeof a);
+    a.dev = dev;
+    a.win = dion_win_device(win);
+    a.dst = area;
+    a.fadd = 2 * area;
+    a.peer = peer;
+    a.times = times;
+    a.status = status;
+    int failures = 0;
+    uint64_t base_value = 0;
+    const unsigned bt = (unsigned)O.block_threads, wt = cpu_ ? std::min(bt, 32u) : 32u;
+
+    /* Runs a per-iteration latency row on the ranks in `who` (1: ranks 0 and 1, 2: rank 0, 3: all). */
+    auto latency_row = [&](const char *test, const char *group, int op, long long bytes, int who,
+                           const char *metric, double scale) {
+        int iters = bytes >= 262144  ? std::max(1, O.iters / 20)
+                    : bytes >= 16384 ? std::max(1, O.iters / 4)
+                                     : O.iters;
+        a.iters = iters;
+        a.warmup = (int)((long long)O.warmup * iters / O.iters);
+        a.bytes = (size_t)bytes;
+        a.base = base_value;
+        base_value += (uint64_t)(iters + a.warmup);
+        unsigned threads = !strcmp(group, "block") ? bt : !strcmp(group, "warp") ? wt : 1;
+        OK(dion_comm_barrier(comm));
+        zero(base + area, area + 4096);
+        zero(status, 64);
+        zero(times, sizeof(uint64_t) * (size_t)iters);
+        OK(dion_comm_barrier(comm));
+        int runs = who == 3 || (who == 1 && active) || (who == 2 && rank_ == 0);
+        if (runs) launch(op, 1, threads, &a);
+        OK(dion_comm_barrier(comm));
+        unsigned long long st[2];
+        to_host(st, status, sizeof st);
+        int bad = st[0] || st[1] || dion_dev_check(comm, &dev) != DION_SUCCESS;
+        if (bad)
+            fprintf(stderr, "FAIL rank %d: %s %s %lld: %s\n", rank_, test, group, bytes, dion_last_error());
+        /* what each row moved: ping-pongs both ways, put+quiet to rank 1, get into rank 0 */
+        if (!bad && bytes && who == 1 && active) bad = check_landed(base, area, 0, (size_t)bytes, peer, test);
+        if (!bad && bytes && op >= T_PQ_THREAD && op <= T_PQ_BLOCK && rank_ == 1)
+            bad = check_landed(base, area, 0, (size_t)bytes, 0, test);
+        if (!bad && bytes && op >= T_GET_THREAD && op <= T_GET_BLOCK && rank_ == 0)
+            bad = check_landed(base, area, 0, (size_t)bytes, 1, test);
+        if (!bad && op == T_FADD && rank_ == 1) {
+            uint64_t w;
+            to_host(&w, base + 2 * area, 8);
+            if (w != (uint64_t)(iters + a.warmup)) {
+                fprintf(stderr, "FAIL rank 1 fetch_add: the word holds %llu, expected %d\n",
+                        (unsigned long long)w, iters + a.warmup);
+                bad = 1;
+            }
+        }
+        std::vector<uint64_t> t(iters);
+        to_host(t.data(), times, sizeof(uint64_t) * (size_t)iters);
+        std::vector<double> us;
+        for (uint64_t x : t) us.push_back((double)x * scale / 1000.0);
+        int all = 0;
+        OK(sum_all(bad, &all));
+        failures += bad;
+        if (!all) report(test, group, bytes, metric, us, NULL, 0);
+    };
+
+    if (wants("signal")) {
+        latency_row("signal_pingpong", "thread", T_SIGNAL, 0, 1, "oneway_us", 0.5);
+        latency_row("signal_relaxed_pingpong", "thread", T_SIGNAL_RELAXED, 0, 1, "oneway_us", 0.5);
+    }
+    const char *gnames[3] = {"thread", "warp", "block"};
+    if (wants("put_signal"))
+        for (long long b : sizes)
+            for (int g = 0; g < 3; g++)
+                if (bench_in_list(O.groups, gnames[g]) && (g || b <= O.thread_max))
+                    latency_row("put_signal_pingpong", gnames[g], T_PS_THREAD + g, b, 1, "oneway_us", 0.5);
+    if (wants("put_quiet"))
+        for (long long b : sizes)
+            for (int g = 0; g < 3; g++)
+                if (bench_in_list(O.groups, gnames[g]) && (g || b <= O.thread_max))
+                    latency_row("put_quiet", gnames[g], T_PQ_THREAD + g, b, 2, "latency_us", 1.0);
+    if (wants("get"))
+        for (long long b : sizes)
+            for (int g = 0; g < 3; g++)
+                if (bench_in_list(O.groups, gnames[g]) && (g || b <= O.thread_max))
+                    latency_row("get", gnames[g], T_GET_THREAD + g, b, 2, "latency_us", 1.0);
+    if (wants("fetch_add")) latency_row("fetch_add", "thread", T_FADD, 8, 2, "latency_us", 1.0);
+    if (wants("barrier")) {
+        char name[32];
+        snprintf(name, sizeof name, "barrier_%dranks", nranks_);
+        latency_row(name, "thread", T_BARRIER, 0, 3, "latency_us", 1.0);
+    }
+
+    /* bandwidth: uni (rank 0 -> 1) and bidirectional (both at once), one timed launch per repetition */
+    for (int bidir = 0; bidir < 2; bidir++) {
+        if (!wants(bidir ? "put_bw_bidir" : "put_bw")) continue;
+        const char *test = bidir ? "put_bw_bidir" : "put_bw";
+        for (long long b : sizes) {
+            unsigned blocks = cpu_ ? 2 : (unsigned)nsm * 4, threads = cpu_ ? bt : 512;
+            size_t chunk = ((size_t)b / blocks + 4095) / 4096 * 4096;
+            if (chunk == 0) chunk = 4096;
+            unsigned used = (unsigned)std::min<size_t>(blocks, ((size_t)b + chunk - 1) / chunk);
+            a.bytes = (size_t)b;
+            a.chunk = chunk;
+            a.stride = used;
+            std::vector<double> us;
+            for (int rep = 0; rep <= O.reps; rep++) {
+                OK(dion_comm_barrier(comm));
+                zero(base + area, (size_t)b);
+                zero(status, 64);
+                OK(dion_comm_barrier(comm));
+                double ns = 0;
+                if (rank_ == 0 || (bidir && rank_ == 1)) ns = launch(T_BW, used, threads, &a);
+                if (rep) us.push_back(ns / 1000.0); /* the first one warms up */
+            }
+            OK(dion_comm_barrier(comm));
+            unsigned long long st[2];
+            to_host(st, status, sizeof st);
+            int bad = st[0] || dion_dev_check(comm, &dev) != DION_SUCCESS;
+            if (!bad && (rank_ == 1 || (bidir && rank_ == 0)))
+                bad = check_landed(base, area, 0, (size_t)b, peer, test);
+            int all = 0;
+            OK(sum_all(bad, &all));
+            failures += bad;
+            if (all || us.empty()) continue;
+            std::vector<double> s = us;
+            std::sort(s.begin(), s.end());
+            double moved = (double)b * (bidir ? 2 : 1);
+            report(test, "block", b, "time_us", us, "GBps_median", moved / (s[s.size() / 2] * 1e-6) / 1e9);
+            csv_row(test, "block", b, "GBps_best", moved / (s[0] * 1e-6) / 1e9);
+        }
+    }
+
+    /* message rate: 8-byte puts from 1, 8 and all SMs (CPU mode: 1, 2 and 4 blocks) */
+    if (wants("msgrate")) {
+        const unsigned grids[3] = {1, cpu_ ? 2u : 8u, cpu_ ? 4u : (unsigned)nsm * 2};
+        const char *names[3] = {"put8_msgrate_1sm", "put8_msgrate_8sm", "put8_msgrate_allsm"};
+        for (int k = 0; k < 3; k++) {
+            unsigned threads = cpu_ ? 4 : 256;
+            a.per_thread = cpu_ ? 64 : 256;
+            a.nthreads = (size_t)grids[k] * threads;
+            a.msg_words = (int)std::min<size_t>(a.nthreads * (size_t)a.per_thread, (size_t)msg_words);
+            std::vector<double> us;
+            for (int rep = 0; rep <= O.reps; rep++) {
+                OK(dion_comm_barrier(comm));
+                zero(base + area, (size_t)a.msg_words * 8);
+                zero(status, 64);
+                OK(dion_comm_barrier(comm));
+                double ns = rank_ == 0 ? launch(T_MSGRATE, grids[k], threads, &a) : 0;
+                if (rep) us.push_back(ns / 1000.0);
+            }
+            OK(dion_comm_barrier(comm));
+            unsigned long long st[2];
+            to_host(st, status, sizeof st);
+            int bad = st[0] || dion_dev_check(comm, &dev) != DION_SUCCESS;
+            if (!bad && rank_ == 1) { /* every word: the sender's source word (word % 1024) */
+                std::vector<uint64_t> got(a.msg_words), src(1024);
+                to_host(got.data(), base + area, got.size() * 8);
+                for (size_t i = 0; i < 1024 * 8; i++) ((unsigned char *)src.data())[i] = bench_byte(0, i);
+                for (int w = 0; w < a.msg_words && !bad; w++)
+                    if (got[w] != src[w % 1024]) {
+                        fprintf(stderr, "FAIL rank 1 %s: word %d of %d did not arrive\n", names[k], w,
+                                a.msg_words);
+                        bad = 1;
+                    }
+            }
+            int all = 0;
+            OK(sum_all(bad, &all));
+            failures += bad;
+            if (all || us.empty()) continue;
+            std::vector<double> s = us;
+            std::sort(s.begin(), s.end());
+            double ops = (double)a.nthreads * a.per_thread;
+            report(names[k], "thread", 8, "time_us", us, "Mops_median", ops / (s[s.size() / 2] * 1e-6) / 1e6);
+        }
+    }
+
+    /* The proxy's pickup latency (GPU command to proxy thread): a hook for the proxy transport. With a proxy
+     * peer it times 8 B put + quiet through the proxy (pickup, execution and completion);
+     * perf/proxy_ring_bench measures the ring alone. */
+    if (wants("proxy_pickup")) {
+        if (!has_proxy_peer(&dev))
+            skipped("proxy_pickup", "proxy transport not in this build");
+        else
+            latency_row("proxy_pickup", "thread", T_PQ_THREAD, 8, 2, "latency_us", 1.0);
+    }
+
+    int all_fail = 0;
+    OK(sum_all(failures, &all_fail));
+    if (rank_ == 0) printf("# %s: %d data or device errors\n", all_fail ? "FAIL" : "ok", all_fail);
+    buf_free(times);
+    buf_free(status);
+    OK(dion_dev_destroy(comm, &dev));
+    OK(dion_win_destroy(win));
+    dion_comm_destroy(comm);
+    return all_fail ? 1 : 0;
+}
