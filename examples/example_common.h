@@ -187,20 +187,22 @@ static void ex_free(void *p)
 #endif
 }
 
-/* Between host memory and what ex_alloc or a window gave (either direction). */
-static void ex_copy(const char *ex_name, void *dst, const void *src, size_t bytes)
+/* Host memory to what ex_alloc or a window gave (ex_to_dev), and back (ex_to_host). */
+static void ex_copy(const char *ex_name, void *dst, const void *src, size_t bytes, int to_dev)
 {
 #ifdef __CUDACC__
-    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    cudaError_t e = cudaMemcpy(dst, src, bytes, to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) {
         fprintf(stderr, "%s: cudaMemcpy(%zu bytes) failed: %s\n", ex_name, bytes, cudaGetErrorString(e));
         exit(1);
     }
 #else
-    (void)ex_name;
+    (void)ex_name, (void)to_dev;
     memcpy(dst, src, bytes);
 #endif
 }
+#define ex_to_dev(name, dst, src, bytes)  ex_copy(name, dst, src, bytes, 1)
+#define ex_to_host(name, dst, src, bytes) ex_copy(name, dst, src, bytes, 0)
 
 /* Windows live in GPU memory in the GPU build, in host memory in CPU mode. */
 #ifdef __CUDACC__

@@ -190,15 +190,15 @@ static int halo_main(int argc, char **argv, int n_default, int steps_default)
         host[halo_pack(&a, 0, 0) + j] = host[(size_t)j * a.nx];
         host[halo_pack(&a, 0, 1) + j] = host[(size_t)j * a.nx + a.nx - 1];
     }
-    ex_copy(ex_name, base, host, bytes);
+    ex_to_dev(ex_name, base, host, bytes);
     ex_result_t r;
     ex_result_reset(&r);
-    ex_copy(ex_name, a.res, &r, sizeof r);
+    ex_to_dev(ex_name, a.res, &r, sizeof r);
     EX_DION(dion_comm_barrier(comm)); /* every rank's buffers are ready before the first halo is sent */
     int ok = halo_launch(&a) == 0;
-    ex_copy(ex_name, &r, a.res, sizeof r);
+    ex_to_host(ex_name, &r, a.res, sizeof r);
     ok = ok && ex_launch_ok(ex_name, comm, &dev, &r, "halo2d");
-    if (ok) ex_copy(ex_name, host, base, bytes);
+    if (ok) ex_to_host(ex_name, host, base, bytes);
 
     /* The reference: the whole N x N grid on this rank alone, the same steps, the same arithmetic. */
     float *g[2] = {(float *)malloc(sizeof(float) * N * N), (float *)malloc(sizeof(float) * N * N)};

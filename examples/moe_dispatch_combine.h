@@ -288,10 +288,10 @@ static int moe_main(int argc, char **argv, const char *default_shape, unsigned b
         *d_slot = (int *)ex_alloc(ex_name, sizeof(int) * tk);
     float *d_weight = (float *)ex_alloc(ex_name, sizeof(float) * tk);
     uint32_t *d_sendcnt = (uint32_t *)ex_alloc(ex_name, sizeof(uint32_t) * E);
-    ex_copy(ex_name, d_expert, expert, sizeof(int) * tk);
-    ex_copy(ex_name, d_slot, slot, sizeof(int) * tk);
-    ex_copy(ex_name, d_weight, weight, sizeof(float) * tk);
-    ex_copy(ex_name, d_sendcnt, sendcnt, sizeof(uint32_t) * E);
+    ex_to_dev(ex_name, d_expert, expert, sizeof(int) * tk);
+    ex_to_dev(ex_name, d_slot, slot, sizeof(int) * tk);
+    ex_to_dev(ex_name, d_weight, weight, sizeof(float) * tk);
+    ex_to_dev(ex_name, d_sendcnt, sendcnt, sizeof(uint32_t) * E);
     a.expert = d_expert, a.slot = d_slot, a.weight = d_weight, a.sendcnt = d_sendcnt;
     a.cnt = (uint32_t *)ex_alloc(ex_name, sizeof(uint32_t) * L * R);
     a.data_total = (uint64_t *)ex_alloc(ex_name, sizeof(uint64_t) * R);
@@ -309,17 +309,17 @@ static int moe_main(int argc, char **argv, const char *default_shape, unsigned b
         a.iter = (uint64_t)it;
         for (int t = 0; t < T; t++)
             for (int h = 0; h < H; h++) x[(size_t)t * H + h] = moe_x(me, t, h, a.iter);
-        ex_copy(ex_name, xb, x, (size_t)T * row);
+        ex_to_dev(ex_name, xb, x, (size_t)T * row);
         for (int d = 0; d < R; d++) /* results expected back from each rank: what this rank sent there */
             for (int le = 0; le < L; le++) target[d] += sendcnt[d * L + le];
-        ex_copy(ex_name, d_target, target, sizeof(uint64_t) * R);
+        ex_to_dev(ex_name, d_target, target, sizeof(uint64_t) * R);
         static const char *phase_name[3] = {"dispatch", "expert", "combine"};
         for (int p = 0; ok && p < 3; p++) {
             ex_result_t r;
             ex_result_reset(&r);
-            ex_copy(ex_name, a.res, &r, sizeof r);
+            ex_to_dev(ex_name, a.res, &r, sizeof r);
             ok = moe_launch(p, &a, blocks) == 0;
-            ex_copy(ex_name, &r, a.res, sizeof r);
+            ex_to_host(ex_name, &r, a.res, sizeof r);
             ok = ok && ex_launch_ok(ex_name, comm, &dev, &r, phase_name[p]);
             if (ok && p != 1 && it > warmup)
                 times[(it - warmup - 1) * 2 + p / 2] = (double)(r.t1 - r.t0) * 1e-3;
@@ -328,7 +328,7 @@ static int moe_main(int argc, char **argv, const char *default_shape, unsigned b
 
     /* Check 1: the counts that arrived as signals are what the other ranks' routing sends here. */
     uint32_t *cnt = (uint32_t *)malloc(sizeof(uint32_t) * L * R);
-    if (ok) ex_copy(ex_name, cnt, a.cnt, sizeof(uint32_t) * L * R);
+    if (ok) ex_to_host(ex_name, cnt, a.cnt, sizeof(uint32_t) * L * R);
     for (int s = 0; ok && s < R; s++)
         for (int le = 0; le < L; le++)
             if (cnt[le * R + s] != cnt_all[(size_t)s * E + me * L + le]) {
@@ -343,7 +343,7 @@ static int moe_main(int argc, char **argv, const char *default_shape, unsigned b
      * summation order. */
     float *out = (float *)malloc(sizeof(float) * T * H);
     double max_err = 0;
-    if (ok) ex_copy(ex_name, out, a.out, sizeof(float) * T * H);
+    if (ok) ex_to_host(ex_name, out, a.out, sizeof(float) * T * H);
     for (int t = 0; ok && t < T; t++)
         for (int h = 0; h < H; h++) {
             float ref = 0.0f, mag = 0.0f;

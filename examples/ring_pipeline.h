@@ -170,14 +170,14 @@ static int ring_main(int argc, char **argv, int chunks, size_t chunk_bytes, int 
     uint64_t *host = (uint64_t *)calloc(1, bytes);
     for (int k = 0; k < chunks; k++)
         for (size_t i = 0; i < a.words; i++) host[ring_chunk_off(&a, me, k) / 8 + i] = ring_word(me, k, i);
-    ex_copy(ex_name, base, host, bytes);
+    ex_to_dev(ex_name, base, host, bytes);
     ex_result_t r;
     ex_result_reset(&r);
-    ex_copy(ex_name, a.res, &r, sizeof r);
+    ex_to_dev(ex_name, a.res, &r, sizeof r);
     EX_DION(dion_comm_barrier(comm));
 
     int ok = ring_launch(&a) == 0;
-    ex_copy(ex_name, &r, a.res, sizeof r);
+    ex_to_host(ex_name, &r, a.res, sizeof r);
     ok = ok && ex_launch_ok(ex_name, comm, &dev, &r, "ring_pipeline");
 
     /* Checks: no word the consumer saw was wrong, every signal ended at one per chunk, and the gathered
@@ -186,9 +186,9 @@ static int ring_main(int argc, char **argv, int chunks, size_t chunk_bytes, int 
     unsigned long long bad = 0;
     uint64_t fs[RING_SIGNALS];
     if (ok) {
-        ex_copy(ex_name, &bad, a.bad, sizeof bad);
-        ex_copy(ex_name, fs, a.final_sig, sizeof fs);
-        ex_copy(ex_name, host, base, bytes);
+        ex_to_host(ex_name, &bad, a.bad, sizeof bad);
+        ex_to_host(ex_name, fs, a.final_sig, sizeof fs);
+        ex_to_host(ex_name, host, base, bytes);
         if (bad)
             fprintf(stderr, "%s: rank %d: the consumer found %llu wrong words\n", ex_name, me, bad), ok = 0;
         for (int s = 0; ok && s < RING_SIGNALS; s++)
