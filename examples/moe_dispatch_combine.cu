@@ -1,5 +1,5 @@
 /* MoE dispatch and combine on GPUs (moe_dispatch_combine.h has the protocol):
- *   dionrun -n 2 --mps ./moe_dispatch_combine [small|ll|normal [iterations]]    (or mpirun -n 2 ...)
+ *   dionrun -n 2 --mps ./moe_dispatch_combine [small|ll|normal [iterations [blocks]]]    (or mpirun -n 2 ...)
  * ll and normal are DeepEP's shapes (hidden 7168 bf16, top-8 of 256 experts, 128 or 4096 tokens per rank). */
 #include "moe_dispatch_combine.h"
 

@@ -225,11 +225,12 @@ static int moe_main(int argc, char **argv, const char *default_shape, unsigned b
 {
     const char *shape_name = argc > 1 ? argv[1] : default_shape;
     int iters = argc > 2 ? atoi(argv[2]) : 10, warmup = 2;
+    if (argc > 3) blocks = (unsigned)atoi(argv[3]);
     const moe_shape_t *sh = NULL;
     for (size_t i = 0; i < sizeof moe_shapes / sizeof moe_shapes[0]; i++)
         if (!strcmp(shape_name, moe_shapes[i].name)) sh = &moe_shapes[i];
-    if (!sh || iters < 1) {
-        fprintf(stderr, "usage: %s [small|ll|normal [iterations >= 1]]\n", ex_name);
+    if (!sh || iters < 1 || (argc > 3 && atoi(argv[3]) < 1) || blocks > 1024) {
+        fprintf(stderr, "usage: %s [small|ll|normal [iterations >= 1 [blocks]]]\n", ex_name);
         return 2;
     }
     dion_comm_t comm;
