@@ -7,6 +7,8 @@
                                       (\\copydoc / \\copydetails F brings in F's)
   api_documented.py doxylog LOG       LOG (doxygen's WARN_LOGFILE) holds no warning
   api_documented.py snippets ROOT MD  every block of MD preceded by <!-- snippet: PATH --> equals ROOT/PATH
+  api_documented.py names ROOT MD...  every dion_* and DION_* name in the MD files exists in the headers
+                                      (include/dion, device/) or in docs/configuration.md
 
 Exit 0 when all is well, 1 with one line per problem otherwise."""
 import glob
@@ -121,6 +123,21 @@ def check_snippets(root, md):
     return problems
 
 
+def check_names(root, mds):
+    known = ""
+    for pat in ("include/dion/*.h", "include/dion/*.cuh", "device/*.cuh", "docs/configuration.md"):
+        for path in glob.glob(os.path.join(root, pat)):
+            with open(path, encoding="utf-8") as f:
+                known += f.read()
+    have = set(re.findall(r"\b(?:dion|DION)_\w+", known))
+    problems = []
+    for md in mds:
+        with open(md, encoding="utf-8") as f:
+            names = set(re.findall(r"\b(?:dion|DION)_\w+", f.read()))
+        problems += ["%s: %s is in no public header" % (md, n) for n in sorted(names - have)]
+    return problems
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == "headers":
         problems, count = check_headers(argv[2])
@@ -129,11 +146,13 @@ def main(argv):
         problems, what = check_doxylog(argv[2]), "doxygen's warnings"
     elif len(argv) >= 4 and argv[1] == "snippets":
         problems, what = check_snippets(argv[2], argv[3]), argv[3]
+    elif len(argv) >= 4 and argv[1] == "names":
+        problems, what = check_names(argv[2], argv[3:]), "%d page(s)" % len(argv[3:])
     else:
         print(__doc__)
         return 2
     for p in problems:
-        print("UNDOCUMENTED: " + p if argv[1] != "snippets" else "STALE: " + p)
+        print({"snippets": "STALE: ", "names": "UNKNOWN: "}.get(argv[1], "UNDOCUMENTED: ") + p)
     if problems:
         print("FAIL: %d problem(s) in %s" % (len(problems), what))
         return 1
