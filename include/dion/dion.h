@@ -56,7 +56,7 @@ DION_API int dion_comm_rank(dion_comm_t comm);
 DION_API int dion_comm_size(dion_comm_t comm);
 /** Collective, blocking: returns when every rank called it. Host-side only; orders no device operations.
  * \param comm the communicator.
- * \return DION_SUCCESS, DION_ERR_PEER_FAILED (a rank exited), DION_ERR_TIMEOUT, DION_ERR_ABORTED. */
+ * \return DION_SUCCESS, DION_ERR_PEER_FAILED (a rank exited), DION_ERR_TIMEOUT, DION_ERR_BOOTSTRAP. */
 DION_API dion_status_t dion_comm_barrier(dion_comm_t comm);
 /** Collective host allgather over the bootstrap network: small data (keys, ids), not a data path.
  * \param comm the communicator.
@@ -72,9 +72,10 @@ DION_API dion_status_t dion_comm_allgather(dion_comm_t comm, const void *mine, s
  * \param root the sending rank.
  * \return as dion_comm_allgather. */
 DION_API dion_status_t dion_comm_bcast(dion_comm_t comm, void *buf, size_t bytes, int root);
-/** Collective: closes the comm (destroy its windows and handles first).
- * \param comm the communicator; invalid afterwards.
- * \return DION_SUCCESS, or the first error while leaving (the comm is freed anyway). */
+/** Leaves the bootstrap and frees the comm. Destroy its windows and handles first (else their memory stays
+ * mapped until the process exits).
+ * \param comm the communicator (NULL is a no-op); invalid afterwards.
+ * \return DION_SUCCESS. */
 DION_API dion_status_t dion_comm_destroy(dion_comm_t comm);
 /** Not collective: every device wait / quiet / barrier of this comm returns DION_ERR_ABORTED, on every rank
  * it reaches (docs/semantics.md, "Timeouts, abort and failed peers").
@@ -90,8 +91,8 @@ typedef struct dion_win *dion_win_t;
  * \param base cudaMalloc'd or cuMem (VMM) GPU memory, or host memory from dion_win_alloc(on_host=1).
  * \param bytes this rank's size; sizes may differ per rank; 0 bytes (base NULL) is allowed.
  * \param win receives the window.
- * \return DION_SUCCESS, DION_ERR_INVALID_ARG (memory not registrable), DION_ERR_CUDA, DION_ERR_UNSUPPORTED
- * (a peer not reachable by any backend built), DION_ERR_PEER_FAILED. */
+ * \return DION_SUCCESS, DION_ERR_INVALID_ARG (memory that cannot be registered), DION_ERR_UNSUPPORTED,
+ * DION_ERR_CUDA, DION_ERR_NO_MEMORY, or a bootstrap error (DION_ERR_PEER_FAILED, DION_ERR_TIMEOUT). */
 DION_API dion_status_t dion_win_register(dion_comm_t comm, void *base, size_t bytes, dion_win_t *win);
 /** Collective: allocates GPU memory (on_host=0) or shareable host memory (on_host=1) and registers it.
  * \param comm the communicator.
@@ -133,9 +134,9 @@ typedef struct {
  * \param dev receives the handle.
  * \return DION_SUCCESS, DION_ERR_INVALID_ARG, DION_ERR_NO_MEMORY, DION_ERR_CUDA, DION_ERR_PEER_FAILED. */
 DION_API dion_status_t dion_dev_create(dion_comm_t comm, const dion_dev_attr_t *attr, dion_dev_t *dev);
-/** Collective: frees the handle; no kernel may still use it.
- * \param comm the communicator it was made on. \param dev the handle; zeroed.
- * \return DION_SUCCESS, DION_ERR_INVALID_ARG, DION_ERR_PEER_FAILED. */
+/** Collective: waits for this rank's kernels (or CPU-mode launches) to end and for every rank to arrive, then
+ * frees the handle. \param comm the communicator it was made on. \param dev the handle; zeroed.
+ * \return DION_SUCCESS, DION_ERR_INVALID_ARG, DION_ERR_CUDA, DION_ERR_TIMEOUT, DION_ERR_PEER_FAILED. */
 DION_API dion_status_t dion_dev_destroy(dion_comm_t comm, dion_dev_t *dev);
 /** Not collective: reports (and frees) the first device-side error record since the last check; call it
  * after the kernel finished. \param comm the communicator. \param dev the handle.

@@ -355,7 +355,7 @@ DION_HD int dion__check_atomic(const dion_ctx_t *c, dion_dwin_t w, int peer, siz
 /** Atomic 64-bit add on an 8-byte-aligned word of peer's window; relaxed (order it against puts with
  * dion_fence). Blocks until the old value is known.
  * \param c the context. \param win the window. \param peer the target rank.
- * \param off byte offset in peer's part, a multiple of 8 from an aligned base. \param value the addend.
+ * \param off byte offset in peer's part; base + off must be 8-byte aligned. \param value the addend.
  * \return the old value (0 when DION_CHECK=1 rejected the call). */
 DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, size_t off, uint64_t value)
 {
