@@ -224,6 +224,7 @@ check_test_tools() {
   if have ip; then ok "ip (iproute2)"; else miss "ip (iproute2)"; want+=(iproute2); fi
   if have pkg-config; then ok "pkg-config"; else miss "pkg-config (the install test)"; want+=(pkg-config); fi
   if have python3; then ok "python3"; else miss "python3 (trace and message-table checks)"; want+=(python3); fi
+  if have doxygen; then ok "doxygen"; else miss "doxygen (the API reference test)"; want+=(doxygen); fi
   if [ ${#want[@]} -gt 0 ] && ! apt_install "${want[@]}"; then
     echo "  (could not install ${want[*]}: the tests that need them are skipped or fail)"
   fi

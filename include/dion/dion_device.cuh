@@ -1,18 +1,22 @@
-/* DION device API. Every function is __host__ __device__: in a kernel it runs on GPU threads; compiled as C11
+/** \file dion_device.cuh
+ * DION device API. Every function is __host__ __device__: in a kernel it runs on GPU threads; compiled as C11
  * (or called from host code) it runs on CPU threads over host windows (CPU mode, see dion_cpu_launch).
  *
  * Semantics (docs/semantics.md has the full table per backend):
- *  put          returns when issued; the source may be reused after dion_quiet on the same context.
- *  put_signal   returns when issued; the target sees the signal change only after this put's data.
- *  signal       release: ordered after every earlier put of the caller to that peer (the _RELAXED ops are
- * not). wait         acquire: data of puts whose signal it observed is visible after it returns. fence
- * earlier puts and atomics of the caller are ordered before its later signals, atomics and barriers (not
- * before a later plain put that the target polls). quiet        every earlier operation of the caller is
- * complete: sources reusable, data delivered. barrier      every rank reached it (one thread per context per
- * rank); includes a quiet. The warp and block variants are called by every thread of the warp / block with
- * the same arguments; they share the copy and end with the group synchronized, so that one thread's later
- * signal or quiet covers the whole group's stores. With DION_CHECK=1 every call checks its arguments and
- * writes an error record (dion_dev_check) instead of touching memory. */
+ * - put: returns when issued; the source may be reused after dion_quiet on the same context.
+ * - put_signal: returns when issued; the target sees the signal change only after this put's data.
+ * - signal: release: ordered after every earlier put of the caller to that peer (the _RELAXED ops are not).
+ * - wait: acquire: data of puts whose signal it observed is visible after it returns.
+ * - fence: earlier puts and atomics of the caller are ordered before its later signals, atomics and barriers
+ *   (not before a later plain put that the target polls).
+ * - quiet: every earlier operation of the caller is complete: sources reusable, data delivered.
+ * - barrier: every rank reached it (one thread per context per rank); includes a quiet.
+ *
+ * The warp and block variants are called by every thread of the warp / block with the same arguments; they
+ * share the copy and end with the group synchronized, so that one thread's later signal or quiet covers the
+ * whole group's stores. Offsets are bytes into the named rank's part of a window. Nothing here returns an
+ * error for a bad argument unless DION_CHECK=1: then every call checks its arguments and writes an error
+ * record (dion_dev_check) instead of touching memory. */
 #ifndef DION_DEVICE_CUH
 #define DION_DEVICE_CUH
 
@@ -24,6 +28,10 @@
 
 /* ---- contexts ---- */
 
+/** A context: an ordered lane of operations; different blocks usually take different contexts.
+ * \param dev the handle from dion_dev_create. \param index below num_contexts (else taken modulo it, or
+ * with DION_CHECK=1 kept, so that every call on the context records the error and does nothing).
+ * \return the context (a value; cheap to make in every block). */
 DION_HD dion_ctx_t dion_ctx(dion_dev_t dev, uint32_t index)
 {
     dion_ctx_t c;
@@ -58,18 +66,28 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
     }
 }
 
+/** One-sided put of bytes from my part of src to peer's part of dst; one thread. Returns when issued:
+ * unordered with later operations until a dion_fence, dion_quiet or (release) signal; source reusable after
+ * dion_quiet. Ranges must not overlap (docs/semantics.md).
+ * \param c the context. \param dst the target window. \param peer the target rank (may be my own).
+ * \param dst_off byte offset in peer's part of dst. \param src the source window (my part is read).
+ * \param src_off byte offset in my part of src. \param bytes bytes to copy (0 is allowed). */
 DION_HD void dion_put(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                       size_t src_off, size_t bytes)
 {
     dion__put_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes);
 }
 
+/** dion_put by a whole warp: every lane calls it with the same arguments; ends with the warp synchronized.
+ * \copydetails dion_put */
 DION_HD void dion_put_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                            size_t src_off, size_t bytes)
 {
     dion__put_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes);
 }
 
+/** dion_put by a whole block: every thread calls it with the same arguments; ends with the block
+ * synchronized (bulk-copy path: docs/semantics.md). \copydetails dion_put */
 DION_HD void dion_put_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                             size_t src_off, size_t bytes)
 {
@@ -127,12 +145,21 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
     }
 }
 
+/** Put, then update peer's signal sig: the peer sees the new value only after the data (always a release,
+ * whatever op). Returns when issued; source reusable after dion_quiet. One thread.
+ * \param c the context. \param dst the target window. \param peer the target rank.
+ * \param dst_off byte offset in peer's part of dst. \param src the source window (my part is read).
+ * \param src_off byte offset in my part of src. \param bytes bytes to copy (0: only the signal).
+ * \param sig the signal index on peer, below num_signals. \param op DION_SIG_SET or DION_SIG_ADD (the
+ * _RELAXED forms act as these here). \param value the value to set or add. */
 DION_HD void dion_put_signal(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                              size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op, uint64_t value)
 {
     dion__put_signal_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
 }
 
+/** dion_put_signal by a whole warp (same arguments in every lane); lane 0 signals after the warp's copy.
+ * \copydetails dion_put_signal */
 DION_HD void dion_put_signal_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                                   size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
                                   uint64_t value)
@@ -140,6 +167,8 @@ DION_HD void dion_put_signal_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_
     dion__put_signal_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
 }
 
+/** dion_put_signal by a whole block (same arguments in every thread); thread 0 signals after the block's
+ * copy. \copydetails dion_put_signal */
 DION_HD void dion_put_signal_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                                    size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
                                    uint64_t value)
@@ -147,6 +176,10 @@ DION_HD void dion_put_signal_block(dion_ctx_t c, dion_dwin_t dst, int peer, size
     dion__put_signal_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
 }
 
+/** Sets or adds to peer's signal sig. SET / ADD are releases, ordered after the caller's earlier puts to
+ * that peer; SET_RELAXED / ADD_RELAXED order nothing (pure synchronization). Returns when issued.
+ * \param c the context. \param peer the target rank. \param sig the signal index, below num_signals.
+ * \param op a dion_sig_op_t. \param value the value to set or add. */
 DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value)
 {
     if (dion__check_enabled(&c) && !dion__check_signal_args(&c, peer, sig, op, DION_OP_SIGNAL, 1)) return;
@@ -156,9 +189,12 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
     DION__TRACE(&c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, (uint32_t)op, DION_SUCCESS);
 }
 
-/* Waits until this rank's signal sig compares as asked with value. Returns DION_SUCCESS, DION_ERR_TIMEOUT
- * (after the handle's wait timeout, with an error record), DION_ERR_ABORTED or DION_ERR_PEER_FAILED.
- * observed (may be NULL) receives the last value read. */
+/** Blocks until this rank's signal sig compares as asked with value ("signal cmp value"); acquire: the data
+ * of puts whose signal value it observed is visible afterwards. One thread.
+ * \param c the context. \param sig my signal index. \param cmp a dion_cmp_t. \param value the operand.
+ * \param observed may be NULL; receives the last value read.
+ * \return DION_SUCCESS, DION_ERR_TIMEOUT (after the handle's wait timeout, with an error record),
+ * DION_ERR_ABORTED, DION_ERR_PEER_FAILED, or DION_ERR_INVALID_ARG under DION_CHECK=1. */
 DION_HD dion_status_t dion_wait(dion_ctx_t c, uint32_t sig, dion_cmp_t cmp, uint64_t value,
                                 uint64_t *observed)
 {
@@ -182,7 +218,9 @@ DION_HD dion_status_t dion_wait(dion_ctx_t c, uint32_t sig, dion_cmp_t cmp, uint
     return st;
 }
 
-/* The current value of this rank's signal sig (an acquire load). */
+/** Reads this rank's signal sig now (an acquire load); does not wait.
+ * \param c the context. \param sig my signal index.
+ * \return its value (0 when DION_CHECK=1 rejected the call). */
 DION_HD uint64_t dion_signal_read(dion_ctx_t c, uint32_t sig)
 {
     if (dion__check_enabled(&c) && (!dion__check_ctx(&c, DION_OP_SIGNAL_READ, 1) ||
@@ -193,6 +231,9 @@ DION_HD uint64_t dion_signal_read(dion_ctx_t c, uint32_t sig)
 
 /* ---- ordering and completion ---- */
 
+/** Orders the caller's earlier puts and atomics before its later signals, put_signals, atomics and barriers
+ * (not before a later plain put that the target polls). Does not wait for delivery.
+ * \param c the context. */
 DION_HD void dion_fence(dion_ctx_t c)
 {
     if (dion__check_enabled(&c) && !dion__check_ctx(&c, DION_OP_FENCE, 1)) return;
@@ -202,7 +243,10 @@ DION_HD void dion_fence(dion_ctx_t c)
     DION__TRACE(&c, t0, DION_OP_FENCE, -1, 0, 0, 0, 0, 0, DION_SUCCESS);
 }
 
-/* Returns DION_ERR_ABORTED / DION_ERR_PEER_FAILED once the comm was aborted or a peer failed. */
+/** Completes every earlier operation of the caller: sources reusable, data delivered at the targets.
+ * \param c the context.
+ * \return DION_SUCCESS; DION_ERR_ABORTED / DION_ERR_PEER_FAILED once the comm was aborted or a peer failed;
+ * DION_ERR_INVALID_ARG under DION_CHECK=1. */
 DION_HD dion_status_t dion_quiet(dion_ctx_t c)
 {
     if (dion__check_enabled(&c) && !dion__check_ctx(&c, DION_OP_QUIET, 1)) return DION_ERR_INVALID_ARG;
@@ -216,7 +260,10 @@ DION_HD dion_status_t dion_quiet(dion_ctx_t c)
     return (dion_status_t)ab;
 }
 
-/* All ranks' threads calling it on the same context meet; one thread per context per rank. */
+/** Device barrier: all ranks' threads calling it on the same context meet; exactly one thread per context
+ * per rank calls it. Includes a dion_quiet; blocks, with the wait timeout.
+ * \param c the context.
+ * \return as dion_wait (DION_SUCCESS, DION_ERR_TIMEOUT, DION_ERR_ABORTED, DION_ERR_PEER_FAILED). */
 DION_HD dion_status_t dion_barrier(dion_ctx_t c)
 {
     const dion_dev_t *d = &c.dev;
@@ -272,19 +319,25 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
     }
 }
 
-/* On p2p the data is in dst when get returns; on every backend it is there after dion_quiet. */
+/** One-sided get of bytes from peer's part of src into my part of dst; one thread. On p2p the data is in
+ * dst when it returns; on every backend it is there after dion_quiet.
+ * \param c the context. \param dst the local window. \param dst_off byte offset in my part of dst.
+ * \param src the remote window. \param peer the rank read from. \param src_off byte offset in peer's part.
+ * \param bytes bytes to copy. */
 DION_HD void dion_get(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, int peer,
                       size_t src_off, size_t bytes)
 {
     dion__get_group(c, DION__THREAD, dst, dst_off, src, peer, src_off, bytes);
 }
 
+/** dion_get by a whole warp (same arguments in every lane). \copydetails dion_get */
 DION_HD void dion_get_warp(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, int peer,
                            size_t src_off, size_t bytes)
 {
     dion__get_group(c, DION__WARP, dst, dst_off, src, peer, src_off, bytes);
 }
 
+/** dion_get by a whole block (same arguments in every thread). \copydetails dion_get */
 DION_HD void dion_get_block(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, int peer,
                             size_t src_off, size_t bytes)
 {
@@ -299,6 +352,11 @@ DION_HD int dion__check_atomic(const dion_ctx_t *c, dion_dwin_t w, int peer, siz
            dion__check_range(c, w, peer, off, 8, 8, op, peer, 1);
 }
 
+/** Atomic 64-bit add on an 8-byte-aligned word of peer's window; relaxed (order it against puts with
+ * dion_fence). Blocks until the old value is known.
+ * \param c the context. \param win the window. \param peer the target rank.
+ * \param off byte offset in peer's part; base + off must be 8-byte aligned. \param value the addend.
+ * \return the old value (0 when DION_CHECK=1 rejected the call). */
 DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, size_t off, uint64_t value)
 {
     if (dion__check_enabled(&c) && !dion__check_atomic(&c, win, peer, off, DION_OP_FETCH_ADD)) return 0;
@@ -309,6 +367,10 @@ DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, 
     return old;
 }
 
+/** Atomic 64-bit compare-and-swap, otherwise as dion_atomic_fetch_add.
+ * \param c the context. \param win the window. \param peer the target rank. \param off the word's offset.
+ * \param expected the value to compare with. \param desired written when the word equals expected.
+ * \return the old value (equal to expected when the swap happened). */
 DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int peer, size_t off,
                                           uint64_t expected, uint64_t desired)
 {

@@ -1,11 +1,18 @@
-/* Header-only MPI bootstrap: libdion never links MPI, this header does it in the caller's program. */
+/** \file dion_mpi.h
+ * Header-only MPI bootstrap: libdion never links MPI, this header does it in the caller's program. */
 #ifndef DION_MPI_H
 #define DION_MPI_H
 
 #include <mpi.h>
 #include "dion.h"
 
-/* Collective over mc: rank 0 of mc starts the bootstrap root, the id travels by MPI_Bcast. */
+/** Collective over mc (blocking): rank 0 of mc starts the bootstrap root, the id travels by MPI_Bcast, and
+ * every rank joins with dion_comm_init_rank; DION ranks equal ranks in mc.
+ * \param comm receives the communicator (NULL on failure).
+ * \param mc the MPI communicator (MPI must be initialized).
+ * \return DION_SUCCESS; DION_ERR_INVALID_ARG (MPI_Comm_rank/size failed); DION_ERR_BOOTSTRAP (the root did
+ * not start or an MPI call failed); DION_ERR_PEER_FAILED (this rank joined but another did not); or this
+ * rank's dion_comm_init_rank error. */
 static inline dion_status_t dion_comm_init_mpi(dion_comm_t *comm, MPI_Comm mc)
 {
     int rank = 0, size = 0;

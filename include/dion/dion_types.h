@@ -1,4 +1,5 @@
-/* Types shared by the host API (dion.h) and the device API (dion_device.cuh).
+/** \file dion_types.h
+ * Types shared by the host API (dion.h) and the device API (dion_device.cuh).
  * Plain C11: the same header is read by nvcc for kernels and by a C compiler for CPU mode. */
 #ifndef DION_TYPES_H
 #define DION_TYPES_H
@@ -10,56 +11,72 @@
 extern "C" {
 #endif
 
+/** Marks the functions libdion exports. */
 #if defined(__GNUC__)
 #define DION_API __attribute__((visibility("default")))
 #else
 #define DION_API
 #endif
 
-#define DION_VERSION_MAJOR 0
-#define DION_VERSION_MINOR 1
-#define DION_VERSION_PATCH 0
+#define DION_VERSION_MAJOR 0 /**< version of these headers (dion_version_string: the library's) */
+#define DION_VERSION_MINOR 1 /**< see DION_VERSION_MAJOR */
+#define DION_VERSION_PATCH 0 /**< see DION_VERSION_MAJOR */
 
+/** What every host call (and dion_wait, dion_quiet, dion_barrier) returns; dion_status_string names it. */
 typedef enum {
-    DION_SUCCESS = 0,
-    DION_ERR_INVALID_ARG,
-    DION_ERR_NO_MEMORY,
-    DION_ERR_UNSUPPORTED,
-    DION_ERR_CUDA,
-    DION_ERR_NETWORK,
-    DION_ERR_BOOTSTRAP,
-    DION_ERR_TIMEOUT,
-    DION_ERR_PEER_FAILED,
-    DION_ERR_REMOTE_ACCESS,
-    DION_ERR_ABORTED,
-    DION_ERR_INTERNAL
+    DION_SUCCESS = 0,       /**< done */
+    DION_ERR_INVALID_ARG,   /**< a bad argument; dion_last_error() names it and the limit */
+    DION_ERR_NO_MEMORY,     /**< an allocation failed */
+    DION_ERR_UNSUPPORTED,   /**< not available in this build or on this machine */
+    DION_ERR_CUDA,          /**< a CUDA call failed */
+    DION_ERR_NETWORK,       /**< a network backend failed */
+    DION_ERR_BOOTSTRAP,     /**< the bootstrap (root, environment, MPI) failed */
+    DION_ERR_TIMEOUT,       /**< a wait ran past its timeout */
+    DION_ERR_PEER_FAILED,   /**< another rank exited or failed */
+    DION_ERR_REMOTE_ACCESS, /**< a peer's memory could not be accessed */
+    DION_ERR_ABORTED,       /**< the comm was aborted (dion_comm_abort) */
+    DION_ERR_INTERNAL       /**< a bug in DION */
 } dion_status_t;
 
-/* How a signal word is updated. SET and ADD are releases: ordered after the caller's earlier puts to that
+/** How a signal word is updated. SET and ADD are releases: ordered after the caller's earlier puts to that
  * peer. The _RELAXED forms carry no ordering (pure synchronization, no data): they skip the fence and cost a
  * store. */
 typedef enum {
-    DION_SIG_SET = 0,
-    DION_SIG_ADD = 1,
-    DION_SIG_SET_RELAXED = 2,
-    DION_SIG_ADD_RELAXED = 3
+    DION_SIG_SET = 0,         /**< signal = value, release */
+    DION_SIG_ADD = 1,         /**< signal += value, release */
+    DION_SIG_SET_RELAXED = 2, /**< signal = value, no ordering */
+    DION_SIG_ADD_RELAXED = 3  /**< signal += value, no ordering */
 } dion_sig_op_t;
 
-/* Comparisons for dion_wait: "signal CMP value". */
-typedef enum { DION_CMP_EQ = 0, DION_CMP_NE, DION_CMP_GT, DION_CMP_GE, DION_CMP_LT, DION_CMP_LE } dion_cmp_t;
+/** Comparisons for dion_wait: "signal CMP value" (unsigned 64-bit). */
+typedef enum {
+    DION_CMP_EQ = 0, /**< == */
+    DION_CMP_NE,     /**< != */
+    DION_CMP_GT,     /**< > */
+    DION_CMP_GE,     /**< >= */
+    DION_CMP_LT,     /**< < */
+    DION_CMP_LE      /**< <= */
+} dion_cmp_t;
 
-/* Per-context counters, kept when DION_STATS=1 (dion_dev_stats). */
+/** Per-context counters, kept when DION_STATS=1 (dion_dev_stats); named after the calls they count. */
 typedef struct {
-    uint64_t puts, put_bytes;
-    uint64_t gets, get_bytes;
-    uint64_t signals;
-    uint64_t waits, wait_timeouts;
-    uint64_t atomics;
-    uint64_t fences, quiets, barriers;
-    uint64_t errors;
+    uint64_t puts;          /**< puts and put_signals */
+    uint64_t put_bytes;     /**< their bytes */
+    uint64_t gets;          /**< gets */
+    uint64_t get_bytes;     /**< their bytes */
+    uint64_t signals;       /**< signals and put_signals */
+    uint64_t waits;         /**< waits */
+    uint64_t wait_timeouts; /**< waits that timed out */
+    uint64_t atomics;       /**< fetch_add and compare_swap */
+    uint64_t fences;        /**< fences */
+    uint64_t quiets;        /**< quiets (barriers' included) */
+    uint64_t barriers;      /**< barriers */
+    uint64_t errors;        /**< error records written */
 } dion_ctx_stats_t;
 
-/* Device-side operation codes, used in error records and traces. */
+/** Device-side operation codes, used in error records and traces: DION_OP_X is dion_x (DION_OP_CTX:
+ * dion_ctx).
+ */
 typedef enum {
     DION_OP_NONE = 0,
     DION_OP_PUT,
@@ -78,10 +95,10 @@ typedef enum {
     DION_OP_WAIT_PACKET
 } dion_op_t;
 
-/* Transport that serves one peer. */
+/** Transport that serves one peer. */
 typedef enum { DION_TRANSPORT_NONE = 0, DION_TRANSPORT_SELF, DION_TRANSPORT_P2P } dion_transport_t;
 
-/* Memory scope a peer needs for ordering: GPU when both ends are threads of one device, SYS otherwise. */
+/** Memory scope a peer needs for ordering: GPU when both ends are threads of one device, SYS otherwise. */
 typedef enum { DION_SCOPE_GPU = 0, DION_SCOPE_SYS = 1 } dion_scope_t;
 
 /* One peer's part of a window as the device sees it. */
@@ -103,6 +120,7 @@ struct dion_win_dev {
     uint32_t id;
     struct dion_win_peer peer[1]; /* nranks entries */
 };
+/** A window as device code names it (dion_win_device). */
 typedef struct dion_win_dev *dion_dwin_t;
 
 /* Per-peer entry of the device handle. */
@@ -115,42 +133,44 @@ struct dion_dev_peer {
     uint32_t scope;     /* dion_scope_t */
 };
 
-/* One error that device code recorded; dion_dev_check and the watchdog report it. */
+/** One error that device code recorded; dion_dev_check and the watchdog report it. */
 typedef struct {
-    uint64_t seq; /* 1 + the record's number, written last; 0 while the slot is free or being written */
-    uint32_t status;
-    uint32_t op;
-    int32_t rank;
-    int32_t peer;
-    uint32_t ctx;
-    uint32_t block;
-    uint32_t thread;
-    uint32_t sig;
-    uint32_t cmp;
-    uint32_t detail; /* DION_ERR_DETAIL_*: which check failed, where status and op do not tell */
-    uint64_t expected;
-    uint64_t observed;
-    uint64_t offset;
-    uint64_t bytes;
-    uint64_t limit;
-    uint64_t time_ns;
+    uint64_t seq;    /**< 1 + the record's number, written last; 0 while the slot is free or being written */
+    uint32_t status; /**< dion_status_t */
+    uint32_t op;     /**< dion_op_t */
+    int32_t rank;    /**< the recording rank */
+    int32_t peer;    /**< the target rank, or -1 */
+    uint32_t ctx;    /**< context index */
+    uint32_t block;  /**< linear block index */
+    uint32_t thread; /**< linear thread index */
+    uint32_t sig;    /**< signal index */
+    uint32_t cmp;    /**< dion_cmp_t of a wait, or DION_WCHK_* of a window check */
+    uint32_t detail; /**< DION_ERR_DETAIL_*: which check failed, where status and op do not tell */
+    uint64_t expected; /**< what the call waited for or what the check allowed */
+    uint64_t observed; /**< what it saw */
+    uint64_t offset;   /**< window offset */
+    uint64_t bytes;    /**< size */
+    uint64_t limit;    /**< the limit that was broken */
+    uint64_t time_ns;  /**< device clock when recorded */
 } dion_err_record_t;
 
 #define DION_ERR_RING 64
 
-/* Why DION_CHECK rejected a window argument of a put, put_signal, get or atomic: the record's cmp field. */
-#define DION_WCHK_RANGE     1 /* offset + bytes lies outside the rank's part (limit: its size) */
-#define DION_WCHK_ALIGN     2 /* an atomic's address (the rank's base + offset) is not 8-byte aligned */
-#define DION_WCHK_NOT_WIN   3 /* NULL, or not a window descriptor of this process */
-#define DION_WCHK_DESTROYED 4 /* the window was destroyed (expected: its id) */
-#define DION_WCHK_OTHER     5 /* a window of a communicator with another number of ranks */
-#define DION_WCHK_NOT_HOST  6 /* CPU mode and the window (or its descriptor) is GPU memory */
-#define DION_WCHK_UNMAPPED  7 /* the rank's part is not mapped here */
+/** \name DION_WCHK_*: why DION_CHECK rejected a window argument of a put, put_signal, get or atomic: the
+ * record's cmp field.
+ * \{ */
+#define DION_WCHK_RANGE     1 /**< offset + bytes lies outside the rank's part (limit: its size) */
+#define DION_WCHK_ALIGN     2 /**< an atomic's address (the rank's base + offset) is not 8-byte aligned */
+#define DION_WCHK_NOT_WIN   3 /**< NULL, or not a window descriptor of this process */
+#define DION_WCHK_DESTROYED 4 /**< the window was destroyed (expected: its id) */
+#define DION_WCHK_OTHER     5 /**< a window of a communicator with another number of ranks */
+#define DION_WCHK_NOT_HOST  6 /**< CPU mode and the window (or its descriptor) is GPU memory */
+#define DION_WCHK_UNMAPPED  7 /**< the rank's part is not mapped here */
+/** \} */
 
-/* Written by device code, read by the host: lives in host-mapped memory. Slots are claimed with a counter in
- * the signal table (device memory), so no atomics touch host memory. */
-#define DION_ERR_DETAIL_NONE 0
-#define DION_ERR_DETAIL_CTX  1 /* the context index (observed) is not below num_contexts (expected) */
+/* The record's detail field. */
+#define DION_ERR_DETAIL_NONE 0 /**< status and op tell it all */
+#define DION_ERR_DETAIL_CTX  1 /**< the context index (observed) is not below num_contexts (expected) */
 
 /* Written by device code, read by the host: lives in host-mapped memory. Each slot has a claim word in the
  * signal table (device memory), so no atomics touch host memory: a writer takes a free slot, the host frees
@@ -159,21 +179,21 @@ struct dion_dev_errors {
     dion_err_record_t rec[DION_ERR_RING];
 };
 
-/* One device operation recorded under DION_TRACE (docs/tracing.md). Times are the device clock: the GPU's
+/** One device operation recorded under DION_TRACE (docs/tracing.md). Times are the device clock: the GPU's
  * globaltimer, or CLOCK_MONOTONIC in CPU mode. 64 bytes. */
 typedef struct {
-    uint64_t start_ns;
-    uint64_t end_ns; /* signals are instants: end_ns == start_ns */
-    uint64_t bytes;
-    uint64_t value;    /* signal value, wait operand, atomic operand */
-    uint64_t observed; /* wait: the value seen; atomics: the old value */
-    uint16_t op;       /* dion_op_t */
-    uint16_t cmp;      /* wait: dion_cmp_t; signal and put_signal: dion_sig_op_t */
-    int32_t peer;
-    uint32_t sig;
-    uint32_t status; /* dion_status_t the call returned */
-    uint32_t block;
-    uint32_t thread;
+    uint64_t start_ns; /**< device clock at the start */
+    uint64_t end_ns;   /**< signals are instants: end_ns == start_ns */
+    uint64_t bytes;    /**< size */
+    uint64_t value;    /**< signal value, wait operand, atomic operand */
+    uint64_t observed; /**< wait: the value seen; atomics: the old value */
+    uint16_t op;       /**< dion_op_t */
+    uint16_t cmp;      /**< wait: dion_cmp_t; signal and put_signal: dion_sig_op_t */
+    int32_t peer;      /**< target rank, or -1 */
+    uint32_t sig;      /**< signal index */
+    uint32_t status;   /**< dion_status_t the call returned */
+    uint32_t block;    /**< linear block index */
+    uint32_t thread;   /**< linear thread index */
 } dion_trace_event_t;
 
 /* Per-context bounded event arrays (device memory, or host memory in CPU mode). Events past the capacity are
@@ -218,7 +238,8 @@ struct dion_dev_win_slot {
     };
 };
 
-/* The device handle: a plain struct passed to kernels by value. */
+/** The device handle (dion_dev_create): a plain struct passed to kernels by value; its fields are internal
+ * except rank and nranks. */
 typedef struct dion_dev {
     int32_t rank;
     int32_t nranks;
@@ -238,10 +259,10 @@ typedef struct dion_dev {
     struct dion_dev_win_slot win_slot[DION_DEV_WIN_SLOTS];
 } dion_dev_t;
 
-/* A context: an ordered lane of operations, obtained with dion_ctx(dev, index). */
+/** A context: an ordered lane of operations, obtained with dion_ctx(dev, index). */
 typedef struct {
-    dion_dev_t dev;
-    uint32_t index;
+    dion_dev_t dev; /**< the handle */
+    uint32_t index; /**< the context index */
 } dion_ctx_t;
 
 #ifdef __cplusplus
