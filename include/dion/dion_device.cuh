@@ -397,36 +397,61 @@ DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int pee
 
 #include "dion/device/packet.cuh"
 
+/** Packet put from one thread: writes `bytes` payload bytes from src as one message with sequence seq into
+ * peer's window dst at dst_off, taking DION_PACKET_SPAN(bytes) bytes there (each 8-byte word carries 4 payload
+ * bytes and the sequence, so the receiver polls the data itself). No fence, no ordering with other operations;
+ * src is reusable on return. Same-node (p2p) peers only; a network peer gets an UNSUPPORTED error record.
+ * \param c the context. \param dst the target window. \param peer the target rank.
+ * \param dst_off offset in peer's part of dst (the address must be 16-byte aligned).
+ * \param src the payload (any local memory). \param bytes payload bytes.
+ * \param seq the message's sequence: nonzero, the same the receiver waits for (dion_packet_seq_next). */
 DION_HD void dion_put_packet(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, const void *src,
                              size_t bytes, uint32_t seq)
 {
     dion__put_packet_group(c, DION__THREAD, dst, peer, dst_off, src, bytes, seq);
 }
 
+/** dion_put_packet by every thread of a warp with the same arguments; the lanes share the stores.
+ * \copydetails dion_put_packet */
 DION_HD void dion_put_packet_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, const void *src,
                                   size_t bytes, uint32_t seq)
 {
     dion__put_packet_group(c, DION__WARP, dst, peer, dst_off, src, bytes, seq);
 }
 
+/** dion_put_packet by every thread of a block with the same arguments; the threads share the stores.
+ * \copydetails dion_put_packet */
 DION_HD void dion_put_packet_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, const void *src,
                                    size_t bytes, uint32_t seq)
 {
     dion__put_packet_group(c, DION__BLOCK, dst, peer, dst_off, src, bytes, seq);
 }
 
+/** Waits, in one thread, until the packet message with sequence seq is whole in this rank's window win at off,
+ * then copies its `bytes` payload bytes to dst. Guarantees only that the payload is in dst: no acquire of other
+ * data, no order against other operations.
+ * \param c the context. \param win this rank's window. \param off the message's offset (16-byte aligned address).
+ * \param dst where the payload goes. \param bytes payload bytes (as the sender passed).
+ * \param seq the sequence to wait for (nonzero).
+ * \return DION_SUCCESS; DION_ERR_TIMEOUT (with an error record) after the handle's wait timeout;
+ *         DION_ERR_ABORTED or DION_ERR_PEER_FAILED when the comm was aborted or a rank failed;
+ *         DION_ERR_INVALID_ARG under DION_CHECK for bad arguments. */
 DION_HD dion_status_t dion_wait_packet(dion_ctx_t c, dion_dwin_t win, size_t off, void *dst, size_t bytes,
                                        uint32_t seq)
 {
     return dion__wait_packet_group(c, DION__THREAD, win, off, dst, bytes, seq);
 }
 
+/** dion_wait_packet by every thread of a warp with the same arguments; every lane gets the same status and,
+ * on success, the whole payload is in dst. \copydetails dion_wait_packet */
 DION_HD dion_status_t dion_wait_packet_warp(dion_ctx_t c, dion_dwin_t win, size_t off, void *dst,
                                             size_t bytes, uint32_t seq)
 {
     return dion__wait_packet_group(c, DION__WARP, win, off, dst, bytes, seq);
 }
 
+/** dion_wait_packet by every thread of a block with the same arguments; every thread gets the same status
+ * and, on success, the whole payload is in dst. \copydetails dion_wait_packet */
 DION_HD dion_status_t dion_wait_packet_block(dion_ctx_t c, dion_dwin_t win, size_t off, void *dst,
                                              size_t bytes, uint32_t seq)
 {
