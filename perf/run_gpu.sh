@@ -102,6 +102,23 @@ if [ "$NGPU" -ge 2 ] && want mpirun; then # the GPU choice without dionrun: one 
   run dionrun_bench 120 $B/dionrun -n 2 $B/perf/p2p_bench --tests signal,put_signal --csv "$OUT/mpirun.csv" \
     --label 2gpu-dionrun
 fi
+if want examples; then # issue 11: the examples at their GPU shapes (moe at DeepEP's), one GPU under MPS and over NVLink
+  for shape in small ll normal; do
+    CUDA_VISIBLE_DEVICES=0 run ex_moe_${shape}_1gpu 120 $B/dionrun -n 2 --mps --timeout 110 $B/examples/moe_dispatch_combine $shape
+    [ "$NGPU" -ge 2 ] && run ex_moe_${shape}_2gpu 120 $B/dionrun -n 2 --timeout 110 $B/examples/moe_dispatch_combine $shape
+  done
+  for ex in ring_pipeline halo2d; do
+    CUDA_VISIBLE_DEVICES=0 run ex_${ex}_1gpu 120 $B/dionrun -n 2 --mps --timeout 110 $B/examples/$ex
+    [ "$NGPU" -ge 2 ] && run ex_${ex}_2gpu 120 $B/dionrun -n 2 --timeout 110 $B/examples/$ex
+  done
+  grep -hE "^(moe_dispatch_combine|ring_pipeline|halo2d|dispatch|combine)" "$OUT"/ex_*.log | tee -a "$OUT/steps.log"
+fi
+if want perf; then # issue 10: dion-perf, every test at its default sizes, next to p2p_bench's rows in bench.csv
+  CUDA_VISIBLE_DEVICES=0 run dion_perf_1gpu 240 $B/dionrun -n 2 --mps --timeout 230 $B/perf/dion-perf \
+    --csv "$OUT/perf.csv" --label 1gpu-mps
+  [ "$NGPU" -ge 2 ] && run dion_perf_2gpu 240 $B/dionrun -n 2 --timeout 230 $B/perf/dion-perf --csv "$OUT/perf.csv" \
+    --label 2gpu-nvlink
+fi
 log "done"
 # at most 8 files come back: keep the CSVs and the step log apart, pack the rest
 (cd "$OUT" && tar czf logs.tgz --exclude='*.csv' --exclude=logs.tgz --exclude=steps.log *.log *.txt 2>/dev/null && \
