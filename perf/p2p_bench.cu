@@ -409,6 +409,11 @@ int main(int argc, char **argv)
         for (int kind = 0; kind < 2; kind++) {
             if (kind == 0 && !bench_wants(&o, "put_bw")) continue;
             if (kind == 1 && !bench_wants(&o, "ref")) continue;
+            /* the latency rows wrote into the low part of the window (packet slots, unpacked payloads): lay the
+             * source pattern down again, so that what lands can be checked */
+            bench_fill<<<prop.multiProcessorCount * 4, 512>>>(base, total, rank_);
+            BENCH_CHECK_LAUNCH("bench_fill");
+            BENCH_CHECK_CUDA(cudaDeviceSynchronize());
             OK(dion_comm_barrier(comm));
             std::vector<float> ms;
             if (rank_ == 0)

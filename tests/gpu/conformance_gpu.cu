@@ -48,9 +48,12 @@ static void dt_get(void *host, const void *mem, size_t n)
         exit(1);
     }
 }
+/* cudaMemcpy from pageable memory may return before the DMA into device memory has finished: without the
+ * synchronize, the tail of a poison fill could land after a peer's put that followed the next host barrier. */
 static void dt_put(void *mem, const void *host, size_t n)
 {
-    if (n && cudaMemcpy(mem, host, n, cudaMemcpyDefault) != cudaSuccess) {
+    if (n && (cudaMemcpy(mem, host, n, cudaMemcpyDefault) != cudaSuccess ||
+              cudaDeviceSynchronize() != cudaSuccess)) {
         fprintf(stderr, "FAIL: cudaMemcpy from host\n");
         exit(1);
     }
