@@ -99,6 +99,29 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "Rank within the node, set by dionrun. Without DION_DEVICE, comm initialization takes GPU (local rank "
      "modulo visible GPUs) unless the application chose a device first; this variable is looked at first, "
      "then OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK, MPI_LOCALRANKID.",
+    /* proxy engine ofi (libfabric) */
+    {"DION_OFI_PROVIDER", DION_CFG_STRING, NULL, NULL,
+     "libfabric provider for the ofi engine (e.g. efa, cxi, verbs;ofi_rxm, tcp, shm). Unset: the best that "
+     "fi_getinfo offers with RDM endpoints, RMA and atomics, in the order efa, cxi, verbs;ofi_rxm, psm3, "
+     "opx, "
+     "tcp, shm, sockets.",
+     NULL},
+    {"DION_OFI_DOMAIN", DION_CFG_STRING, NULL, NULL,
+     "libfabric domain (NIC or interface, e.g. eth0, lo) within the provider; unset: the first it lists.",
+     NULL},
+    {"DION_OFI_ORDER", DION_CFG_ENUM, "auto", "auto|msg_order|fence|wait",
+     "How the ofi engine keeps a signal behind its data. msg_order: the provider's message order "
+     "(FI_ORDER_WAW...); fence: FI_FENCE; wait: hold the signal until earlier operations to that peer "
+     "completed. auto: msg_order for tcp, else fence where the provider has it, else wait.",
+     NULL},
+    {"DION_OFI_OP_TIMEOUT", DION_CFG_DURATION, "30s", NULL,
+     "An ofi operation without a completion after this long is reported as failed (DION_ERR_TIMEOUT), so "
+     "that a provider that drops an error (shm after a refused access) or a vanished peer cannot hang the "
+     "proxy; 0 waits forever.",
+     NULL},
+    {"DION_OFI_LIBRARY", DION_CFG_STRING, "libfabric.so.1", NULL,
+     "The libfabric shared library the ofi engine loads at run time (a name for the loader's search, or a "
+     "path).",
      NULL},
     /* read from launchers */
     {"OMPI_COMM_WORLD_RANK", DION_CFG_INT, NULL, NULL, "Rank under Open MPI's mpirun.", "launcher"},
