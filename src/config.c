@@ -99,6 +99,7 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "Rank within the node, set by dionrun. Without DION_DEVICE, comm initialization takes GPU (local rank "
      "modulo visible GPUs) unless the application chose a device first; this variable is looked at first, "
      "then OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK, MPI_LOCALRANKID.",
+     NULL},
     /* proxy engine ofi (libfabric) */
     {"DION_OFI_PROVIDER", DION_CFG_STRING, NULL, NULL,
      "libfabric provider for the ofi engine (e.g. efa, cxi, verbs;ofi_rxm, tcp, shm). Unset: the best that "
