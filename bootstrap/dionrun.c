@@ -1,6 +1,7 @@
 /* dionrun: starts N ranks of a program on this node. It hosts the bootstrap root itself (dion_get_unique_id)
  * and gives each rank DION_RANK, DION_NRANKS, DION_LOCAL_RANK, DION_UNIQUE_ID (and DION_DEVICE), which
- * dion_comm_init_env reads. The first rank to fail stops the job, and dionrun exits with its status.
+ * dion_comm_init_env reads. The first rank to fail stops the job, and dionrun exits with its status. With
+ * --hosts each rank runs on a simulated host of its own (dionrun_hosts.c), for tests of multi-host paths.
  *
  * Signals (SIGCHLD, SIGINT, SIGTERM, SIGHUP) stay blocked in every thread and are taken with sigtimedwait,
  * so there are no handlers and no races between a child exiting and a deadline passing. */
@@ -21,6 +22,8 @@
 
 #include <dion/dion.h>
 
+#include "dionrun_hosts.h"
+
 extern char **environ;
 
 #define STOP_GRACE_S 3.0 /* between SIGTERM and SIGKILL when stopping ranks */
@@ -28,7 +31,8 @@ extern char **environ;
 #define MPS_CONTROL  "nvidia-cuda-mps-control"
 #define MPS_WAIT_S   10.0 /* bound on each run of nvidia-cuda-mps-control */
 
-#define USAGE_LINE "usage: dionrun -n N [--mps] [--timeout SECONDS] [--] prog [args...]\n"
+#define USAGE_LINE                                                                                           \
+    "usage: dionrun -n N [--mps | --hosts] [--timeout SECONDS] [--grace SECONDS] [--] prog [args...]\n"
 
 typedef struct {
     pid_t pid;      /* 0 before start and once reaped */
@@ -46,6 +50,9 @@ typedef struct {
 static sigset_t g_handled, g_orig_mask;
 static char g_mps_dir[64];       /* the MPS folder dionrun made and whose daemon it started; empty if none */
 static char g_mps_bin[PATH_MAX]; /* nvidia-cuda-mps-control, as found in PATH */
+static double g_grace = STOP_GRACE_S;
+static hosts_t *g_hosts;      /* --hosts: each rank on a simulated host of its own */
+static int g_spawn_host = -1; /* the host the next spawn enters; -1: none */
 
 static double now_s(void)
 {
@@ -68,10 +75,17 @@ static void usage(FILE *f)
         "Starts N ranks of prog on this node; the ranks call dion_comm_init_env to form one communicator.\n"
         "  -n N               number of ranks\n"
         "  --mps              start an MPS daemon for the job (done anyway when ranks outnumber GPUs)\n"
+        "  --hosts            run each rank on a simulated host of its own: its own network namespace "
+        "(joined\n"
+        "                     to the others by a bridge), hostname, /tmp, /dev/shm and IPC; needs root or\n"
+        "                     CAP_SYS_ADMIN and the ip command; exit status 77 where that is not possible\n"
         "  --timeout SECONDS  stop the job when it runs longer; exit status 124\n"
+        "  --grace SECONDS    between SIGTERM and SIGKILL when stopping ranks (default 3)\n"
         "  -h, --help         this text\n"
-        "Each rank gets DION_RANK, DION_NRANKS, DION_LOCAL_RANK, DION_UNIQUE_ID and, with GPUs, "
-        "DION_DEVICE.\n"
+        "Each rank gets DION_RANK, DION_NRANKS, DION_LOCAL_RANK (0 with --hosts), DION_UNIQUE_ID and, with\n"
+        "GPUs, DION_DEVICE. With --hosts the ranks do not see dionrun's /tmp: keep the program and its "
+        "files\n"
+        "elsewhere.\n"
         "When a rank fails, dionrun stops the others and exits with that rank's exit code (128+N for\n"
         "signal N); SIGINT and SIGTERM are passed on to the ranks.\n");
 }
@@ -92,9 +106,10 @@ static void usage_error(const char *fmt, ...)
 #define SPAWN_NULL_STDOUT 1
 #define SPAWN_NULL_STDERR 2
 
-/* Forks and runs argv (searched in PATH) with envp; in_fd >= 0 becomes its stdin. Returns the pid, or -1 when
- * fork failed. *exec_errno gets errno of a failed exec (the child then exits 127), else 0: a close-on-exec
- * pipe tells the two cases apart before this returns. */
+/* Forks and runs argv (searched in PATH) with envp; in_fd >= 0 becomes its stdin; with g_spawn_host >= 0 the
+ * child first enters that simulated host. Returns the pid, or -1 when fork failed. *exec_errno gets errno of
+ * a failed exec, or minus errno of a failed host entry (the child then exits 127), else 0: a close-on-exec
+ * pipe tells the cases apart before this returns. */
 static pid_t spawn(char *const argv[], char *const envp[], int in_fd, int flags, int *exec_errno)
 {
     int p[2];
@@ -120,8 +135,11 @@ static pid_t spawn(char *const argv[], char *const envp[], int in_fd, int flags,
             }
         }
         sigprocmask(SIG_SETMASK, &g_orig_mask, NULL);
-        execvpe(argv[0], argv, envp);
-        int e = errno;
+        int e = g_spawn_host >= 0 ? -hosts_enter(g_hosts, g_spawn_host) : 0; /* negative: not exec's fault */
+        if (!e) {
+            execvpe(argv[0], argv, envp);
+            e = errno;
+        }
         ssize_t w = write(p[1], &e, sizeof e);
         (void)w;
         _exit(127);
@@ -303,7 +321,7 @@ static void job_stop(job_t *j, int status)
     j->stopping = 1;
     j->status = status;
     job_signal_all(j, SIGTERM);
-    j->kill_at = now_s() + STOP_GRACE_S;
+    j->kill_at = now_s() + g_grace;
 }
 
 static const char *plural(int n)
@@ -342,7 +360,10 @@ static void job_reap(job_t *j, const char *prog, pid_t first)
         if (WIFEXITED(ws)) {
             code = WEXITSTATUS(ws);
             if (code == 0) continue;
-            if (j->ranks[r].exec_errno)
+            if (j->ranks[r].exec_errno < 0)
+                snprintf(what, sizeof what, "could not enter its simulated host %s: %s (exit code %d)",
+                         hosts_name(g_hosts, r), strerror(-j->ranks[r].exec_errno), code);
+            else if (j->ranks[r].exec_errno)
                 snprintf(what, sizeof what, "could not execute '%s': %s (exit code %d)", prog,
                          strerror(j->ranks[r].exec_errno), code);
             else
@@ -419,10 +440,12 @@ static int run_job(int nranks, int ngpus, double timeout, char **prog_argv, cons
         /* An interrupt that came while MPS or the root was starting: start no more ranks. */
         if (stop_signal_pending()) break;
         snprintf(e_rank, sizeof e_rank, "DION_RANK=%d", r);
-        snprintf(e_local, sizeof e_local, "DION_LOCAL_RANK=%d", r);
+        snprintf(e_local, sizeof e_local, "DION_LOCAL_RANK=%d", g_hosts ? 0 : r); /* alone on its host */
         if (ngpus > 0) snprintf(e_dev, sizeof e_dev, "DION_DEVICE=%d", r % ngpus);
         int xe = 0;
+        g_spawn_host = g_hosts ? r : -1;
         pid_t pid = spawn(prog_argv, envp, -1, 0, &xe);
+        g_spawn_host = -1;
         if (pid < 0) {
             fprintf(stderr, "dionrun: cannot start rank %d: %s%s\n", r, strerror(errno),
                     j.live ? "; stopping the ranks already started" : "");
@@ -446,7 +469,7 @@ static int run_job(int nranks, int ngpus, double timeout, char **prog_argv, cons
         }
         if (j.kill_at && now >= j.kill_at) {
             fprintf(stderr, "dionrun: %d rank%s still running %g s after SIGTERM; sending SIGKILL\n", j.live,
-                    plural(j.live), STOP_GRACE_S);
+                    plural(j.live), g_grace);
             job_signal_all(&j, SIGKILL);
             j.kill_at = 0;
         }
@@ -474,7 +497,7 @@ static int run_job(int nranks, int ngpus, double timeout, char **prog_argv, cons
                 j.status = 128 + sig;
             }
             job_signal_all(&j, sig);
-            if (!j.kill_at) j.kill_at = now_s() + STOP_GRACE_S;
+            if (!j.kill_at) j.kill_at = now_s() + g_grace;
         }
     }
     free(envp);
@@ -486,7 +509,7 @@ int main(int argc, char **argv)
 {
     long nranks = -1;
     double timeout = 0;
-    int want_mps = 0, i = 1;
+    int want_mps = 0, want_hosts = 0, i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         int is_n = 0;
@@ -503,7 +526,12 @@ int main(int argc, char **argv)
             want_mps = 1;
             continue;
         }
-        if (strcmp(a, "-n") == 0 || strcmp(a, "--timeout") == 0) {
+        if (strcmp(a, "--hosts") == 0) {
+            want_hosts = 1;
+            continue;
+        }
+        int is_grace = strncmp(a, "--grace", 7) == 0;
+        if (strcmp(a, "-n") == 0 || strcmp(a, "--timeout") == 0 || strcmp(a, "--grace") == 0) {
             if (i + 1 >= argc) usage_error("%s needs a value", a);
             is_n = a[1] == 'n';
             val = argv[++i];
@@ -512,6 +540,8 @@ int main(int argc, char **argv)
             val = a + 2;
         } else if (strncmp(a, "--timeout=", 10) == 0) {
             val = a + 10;
+        } else if (strncmp(a, "--grace=", 8) == 0) {
+            val = a + 8;
         } else {
             usage_error("unknown option '%s'", a);
         }
@@ -522,12 +552,16 @@ int main(int argc, char **argv)
             if (errno || end == val || *end || nranks < 1 || nranks > MAX_RANKS)
                 usage_error("-n wants a number of ranks from 1 to %d, not '%s'", MAX_RANKS, val);
         } else {
-            timeout = strtod(val, &end);
-            if (errno || end == val || *end || !(timeout > 0 && timeout <= 1e8))
-                usage_error("--timeout wants a number of seconds greater than 0, not '%s'", val);
+            double v = strtod(val, &end);
+            if (errno || end == val || *end || !(v > 0 && v <= 1e8))
+                usage_error("%s wants a number of seconds greater than 0, not '%s'",
+                            is_grace ? "--grace" : "--timeout", val);
+            *(is_grace ? &g_grace : &timeout) = v;
         }
     }
     if (nranks < 0) usage_error("missing -n N (how many ranks to start)");
+    if (want_hosts && want_mps)
+        usage_error("--hosts and --mps exclude each other: ranks on separate hosts share no MPS daemon");
     if (i >= argc) usage_error("no program to run");
     char **prog_argv = argv + i;
 
@@ -548,17 +582,35 @@ int main(int argc, char **argv)
     sigprocmask(SIG_BLOCK, &block, &g_orig_mask);
 
     int ngpus = count_gpus();
-    if (want_mps || (ngpus > 0 && nranks > ngpus)) mps_start();
-
-    /* One node: loopback, unless the user picked an interface. */
-    setenv("DION_BOOTSTRAP_IFNAME", "lo", 0);
+    if (want_hosts) {
+        /* Before any thread exists: the namespaces are made by unsharing this process. */
+        char why[1024], ip[PATH_MAX];
+        /* A user's PATH often lacks the sbin folders, where distributions put ip. */
+        int have_ip = find_in_path("ip", ip, sizeof ip);
+        for (const char *const *d = (const char *const[]){"/usr/sbin/ip", "/sbin/ip", NULL}; !have_ip && *d;
+             d++)
+            have_ip = access(*d, X_OK) == 0 && snprintf(ip, sizeof ip, "%s", *d) > 0;
+        if (!(g_hosts = hosts_create((int)nranks, have_ip ? ip : NULL, why, sizeof why))) {
+            fprintf(stderr, "dionrun: cannot simulate hosts on this machine: %s\n", why);
+            return 77; /* the tests' "skipped" */
+        }
+        /* The root listens on the bridge, which every host reaches; each rank on its own link. */
+        setenv("DION_BOOTSTRAP_IFNAME", HOSTS_BRIDGE_IF, 1);
+    } else {
+        if (want_mps || (ngpus > 0 && nranks > ngpus)) mps_start();
+        /* One node: loopback, unless the user picked an interface. */
+        setenv("DION_BOOTSTRAP_IFNAME", "lo", 0);
+    }
     dion_unique_id_t id;
     if (dion_get_unique_id(&id) != DION_SUCCESS) {
         fprintf(stderr, "dionrun: cannot start the bootstrap root: %s\n", dion_last_error());
         mps_stop();
+        hosts_destroy(g_hosts);
         return 1;
     }
+    if (g_hosts) setenv("DION_BOOTSTRAP_IFNAME", HOSTS_RANK_IF, 1);
     int status = run_job((int)nranks, ngpus, timeout, prog_argv, &id);
     mps_stop();
+    hosts_destroy(g_hosts);
     return status;
 }

@@ -116,21 +116,32 @@ typedef struct {
     dion_status_t status;
     dion_op_t op;
     int32_t peer;
-    uint32_t sig, cmp;
+    uint32_t sig, cmp, detail;
     uint64_t expected, observed, offset, bytes, limit;
 } dion__err_t;
 
-/* Claims a slot in the error ring (the counter is in device memory, the ring in host-mapped memory) and
- * fills it; the host sees the record once seq is written, after a system-scope fence. */
+/* Writes a record into the error ring so that the host sees it whole or not at all. Record n goes to slot
+ * n % DION_ERR_RING, which its claim word (device memory: no atomics touch host memory) hands to one writer
+ * at a time: a compare-and-swap from 0 (free) to n + 1, and the word stays taken until the host has read the
+ * record and freed the slot. A writer that finds the slot taken (being written, or holding a record the host
+ * has not read yet) drops its record and counts it, so the earliest records, the first error among them,
+ * are never overwritten. The host reads a slot once seq is nonzero, which the writer stores last. */
 DION_HD void dion__record(const dion_ctx_t *c, dion__err_t e)
 {
     const dion_dev_t *d = &c->dev;
     DION__STAT(c, errors, 1);
     if (!d->errors) return;
     uint64_t n = dion__counter_add(dion__ctl_word(d, d->signals, DION_CTL_ERR_HEAD), 1);
-    dion_err_record_t *r = &d->errors->rec[n % DION_ERR_RING];
-    dion__st_relaxed(&r->seq, 0, DION_SCOPE_SYS);
+    uint32_t slot = (uint32_t)(n % DION_ERR_RING);
+    uint64_t *claim = dion__ctl_word(d, d->signals, DION_CTL_ERR_CLAIM + slot);
+    if (dion__atom_cas(claim, 0, n + 1, DION_SCOPE_GPU) != 0) {
+        dion__counter_add(dion__ctl_word(d, d->signals, DION_CTL_ERR_DROPPED), 1);
+        return;
+    }
+    /* The claim is ordered before the stores below for the host too: it frees the slot only after it has
+     * read the record, so no earlier record's reader can see these fields. */
     dion__fence(DION_SCOPE_SYS);
+    dion_err_record_t *r = &d->errors->rec[slot];
     r->status = (uint32_t)e.status;
     r->op = (uint32_t)e.op;
     r->rank = d->rank;
@@ -140,14 +151,14 @@ DION_HD void dion__record(const dion_ctx_t *c, dion__err_t e)
     r->thread = dion__block_thread();
     r->sig = e.sig;
     r->cmp = e.cmp;
+    r->detail = e.detail;
     r->expected = e.expected;
     r->observed = e.observed;
     r->offset = e.offset;
     r->bytes = e.bytes;
     r->limit = e.limit;
     r->time_ns = dion__time_ns();
-    dion__fence(DION_SCOPE_SYS);
-    dion__st_relaxed(&r->seq, n + 1, DION_SCOPE_SYS);
+    dion__st_release(&r->seq, n + 1, DION_SCOPE_SYS);
 }
 
 DION_HD dion__err_t dion__err(dion_status_t st, dion_op_t op, int peer)
@@ -168,11 +179,14 @@ DION_HD int dion__check_enabled(const dion_ctx_t *c)
     return (c->dev.flags & DION_DEVF_CHECK) != 0;
 }
 
+/* A context whose index is out of range (DION_CHECK keeps it so): every call on it records, whichever thread
+ * made the context; the ring keeps the first records and counts the rest as dropped. */
 DION_HD int dion__check_ctx(const dion_ctx_t *c, dion_op_t op, int leader)
 {
     if (c->index < c->dev.num_contexts) return 1;
     if (leader) {
         dion__err_t e = dion__err(DION_ERR_INVALID_ARG, op, -1);
+        e.detail = DION_ERR_DETAIL_CTX;
         e.expected = c->dev.num_contexts;
         e.observed = c->index;
         dion__record(c, e);

@@ -274,6 +274,12 @@ say "tests (default preset; gpu-labelled tests are skipped without a GPU)"
 ctest --preset default --test-dir "$bin" -j "$jobs"
 say "host tests under AddressSanitizer and UndefinedBehaviorSanitizer (asan preset)"
 ctest --preset asan --test-dir "$build_root/asan" -j "$jobs"
+say "fuzz targets under ASan+UBSan (libFuzzer, 20 s each from their seed corpora)"
+if have clang; then
+  DION_JOBS="$jobs" tests/fuzz/run.sh 20
+else
+  echo "  (clang is missing: the fuzz targets were not run; apt-get install clang libclang-rt-14-dev)"
+fi
 if has_gpu; then
   say "gpu-labelled tests"
   ctest --test-dir "$bin" -L gpu --output-on-failure

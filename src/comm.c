@@ -245,6 +245,7 @@ dion_status_t dion_comm_destroy(dion_comm_t comm)
             comm->live_windows, comm->devs ? "some" : "no");
     dion__win_free_zombies(comm);
     dion__tl_fini(comm);
+    dion__watchdog_goodbye(comm);
     dion__boot_destroy(comm->boot);
     dion__fd_close(comm);
     free(comm->info);

@@ -47,6 +47,7 @@ struct dion_comm {
     uint64_t watchdog_interval_ns;
     int failed_rank_seen;     /* a neighbour's bootstrap link broke; -1 while none */
     struct dion__tl_comm *tl; /* the backend of every peer, chosen at the first window or handle */
+    int link_left[2];         /* the neighbour on the prev / next link left through dion_comm_destroy */
 };
 
 /* Same node as this rank? */
@@ -90,6 +91,9 @@ int dion__dev_slot_uses(dion_comm_t comm, const void *table);
 /* Watchdog (watchdog.c). */
 dion_status_t dion__watchdog_start(dion_comm_t comm);
 void dion__watchdog_stop(dion_comm_t comm);
+/* Tells both bootstrap neighbours that this rank leaves in order (dion_comm_destroy), so that their watchdogs
+ * do not report it as failed. */
+void dion__watchdog_goodbye(dion_comm_t comm);
 
 /* Device handles (dev.c): called by abort and the watchdog. */
 void dion__dev_abort_all(dion_comm_t comm, dion_status_t why, int failed_rank);

@@ -169,7 +169,9 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "/tmp/nvidia-mps) when the driver cannot say whether MPS is on, to warn about ranks sharing a GPU "
      "without it.",
      NULL},
-    {"PATH", DION_CFG_STRING, NULL, NULL, "dionrun finds nvidia-cuda-mps-control here.", "dionrun"},
+    {"PATH", DION_CFG_STRING, NULL, NULL,
+     "dionrun finds nvidia-cuda-mps-control here, and for --hosts the ip command (else in /usr/sbin, /sbin).",
+     "dionrun"},
 };
 const int dion__cfg_count = (int)(sizeof dion__cfg_table / sizeof dion__cfg_table[0]);
 
@@ -207,8 +209,9 @@ dion_status_t dion__cfg_int(const char *name, long long min, long long max, long
     char *end = NULL;
     errno = 0;
     long long x = strtoll(v, &end, 10);
+    int digits = end != v; /* checked before skipping trailing blanks: a value of blanks is no number */
     while (end && isspace((unsigned char)*end)) end++;
-    if (errno || end == v || (end && *end))
+    if (errno || !digits || (end && *end))
         return dion__error(DION_ERR_INVALID_ARG,
                            "%s='%s' is not an integer; set it to a whole number in [%lld, %lld]", name, v,
                            min, max);

@@ -35,6 +35,43 @@ typedef struct {
 
 static _Thread_local dion__cpu_thread_t *dion__cpu_me;
 
+/* Launches running in this process: dion_dev_destroy waits for them as the GPU path synchronizes the device.
+ */
+static pthread_mutex_t dion__cpu_running_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t dion__cpu_running_cond = PTHREAD_COND_INITIALIZER;
+static unsigned dion__cpu_running;
+
+static void dion__cpu_running_add(int d)
+{
+    pthread_mutex_lock(&dion__cpu_running_lock);
+    dion__cpu_running = (unsigned)((int)dion__cpu_running + d);
+    pthread_cond_broadcast(&dion__cpu_running_cond);
+    pthread_mutex_unlock(&dion__cpu_running_lock);
+}
+
+dion_status_t dion__cpu_launches_wait(uint64_t timeout_ns)
+{
+    unsigned mine = dion__cpu_me ? 1 : 0;
+    uint64_t deadline = timeout_ns ? dion__now_ns() + timeout_ns : 0;
+    dion_status_t st = DION_SUCCESS;
+    pthread_mutex_lock(&dion__cpu_running_lock);
+    while (dion__cpu_running > mine) {
+        uint64_t now = dion__now_ns();
+        if (deadline && now >= deadline) {
+            st = DION_ERR_TIMEOUT;
+            break;
+        }
+        /* wake up at least every 100 ms: the condition variable's clock is CLOCK_REALTIME */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100000000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&dion__cpu_running_cond, &dion__cpu_running_lock, &ts);
+    }
+    pthread_mutex_unlock(&dion__cpu_running_lock);
+    return st;
+}
+
 const dion_cpu_ids_t *dion__cpu_ids(void)
 {
     return dion__cpu_me ? &dion__cpu_me->ids : NULL;
@@ -114,6 +151,7 @@ DION_API dion_status_t dion_cpu_launch(unsigned grid, unsigned block, void (*fn)
             pthread_barrier_init(&b->warps[w], NULL, n);
         }
     }
+    dion__cpu_running_add(1);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1u << 20);
@@ -145,6 +183,7 @@ DION_API dion_status_t dion_cpu_launch(unsigned grid, unsigned block, void (*fn)
     pthread_cond_broadcast(&gate.cond);
     pthread_mutex_unlock(&gate.lock);
     for (size_t i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    dion__cpu_running_add(-1);
     for (unsigned b = 0; b < made && blocks; b++) {
         if (!blocks[b].warps) continue;
         pthread_barrier_destroy(&blocks[b].block);

@@ -21,10 +21,17 @@ struct dion__devh {
     struct dion_dev_peer peers_copy[DION_DEV_INLINE_PEERS];
     uint64_t **tables; /* [nranks] every table as mapped here (NULL when unreachable) */
     struct dion_dev_errors *errors_host;
-    uint64_t check_cursor, watch_cursor;
+    /* Records read from the ring and not yet returned by dion_dev_check: the earliest, and how many. */
+    dion_err_record_t first;
+    uint64_t pending, pending_dropped, dropped_seen;
+    int destroying;            /* dion_dev_destroy has begun: a second one is refused */
     cudaStream_t stream;       /* non-blocking: host reads and abort writes never wait for user kernels */
     struct dion__trace *trace; /* DION_TRACE (trace.c); NULL when off */
 };
+
+/* Handles get a number from this counter (dion_dev_t.generation) so that a copy of a destroyed handle is
+ * told apart from a pointer the caller never got from dion_dev_create. */
+static uint32_t dion__dev_serial;
 
 static const char *dion__op_name(uint32_t op)
 {
@@ -124,8 +131,8 @@ static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
                  r->expected > 1 ? " or the offset is not 8-byte aligned (atomics need it)" : "");
         break;
     default:
-        if (r->op == DION_OP_CTX)
-            snprintf(out, cap, "context index %llu is not below num_contexts=%llu",
+        if (r->op == DION_OP_CTX || r->detail == DION_ERR_DETAIL_CTX)
+            snprintf(out, cap, "context index %llu is not below num_contexts=%llu; nothing was done",
                      (unsigned long long)r->observed, (unsigned long long)r->expected);
         else if (r->limit && r->sig >= r->limit &&
                  (r->op == DION_OP_SIGNAL || r->op == DION_OP_PUT_SIGNAL || r->op == DION_OP_WAIT ||
@@ -142,45 +149,75 @@ static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
     }
 }
 
-/* Reads the records after *cursor; calls fn for each. Returns how many were lost to ring overflow. */
-static uint64_t dion__read_records(struct dion__devh *h, uint64_t *cursor,
-                                   void (*fn)(const dion_err_record_t *, void *), void *arg)
-{
-    uint64_t lost = 0;
-    if (!h->errors_host) return 0;
-    for (;;) {
-        dion_err_record_t *slot = &h->errors_host->rec[*cursor % DION_ERR_RING];
-        uint64_t seq = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
-        if (seq == 0 || seq <= *cursor) break;
-        if (seq > *cursor + 1) { /* the device wrapped around the ring: older records were overwritten */
-            lost += seq - 1 - *cursor;
-            *cursor = seq - 1;
-        }
-        dion_err_record_t copy = *slot;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the copy completes before seq is read again */
-        if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != seq) continue; /* rewritten while we read */
-        fn(&copy, arg);
-        (*cursor)++;
-    }
-    return lost;
-}
-
-static void dion__log_record(const dion_err_record_t *r, void *arg)
+static void dion__log_record(const dion_err_record_t *r, int level)
 {
     char text[512];
     dion__describe(r, text, sizeof text);
-    DION_LOG(DION_LOG_WARN, "device error %s: %s", dion_status_string((dion_status_t)r->status), text);
+    DION_LOG(level, "device error %s: %s", dion_status_string((dion_status_t)r->status), text);
+}
+
+/* Moves every complete record out of the ring (devs_lock held): logs it at level (the watchdog warns;
+ * dion_dev_check returns them instead), keeps the earliest for dion_dev_check, and frees its slot for a later
+ * writer. Also collects the count of records dropped for want of a slot. */
+static void dion__drain_records(struct dion__devh *h, int level)
+{
+    if (!h->errors_host) return;
+    dion_err_record_t got[DION_ERR_RING];
+    uint32_t slots[DION_ERR_RING];
+    int n = 0;
+    for (uint32_t s = 0; s < DION_ERR_RING; s++) {
+        dion_err_record_t *r = &h->errors_host->rec[s];
+        if (__atomic_load_n(&r->seq, __ATOMIC_ACQUIRE) == 0) continue; /* free or still being written */
+        /* sorted by number as they come in: the log and the first error follow the order of recording */
+        int i = n++;
+        for (; i > 0 && got[i - 1].seq > r->seq; i--) got[i] = got[i - 1], slots[i] = slots[i - 1];
+        got[i] = *r;
+        slots[i] = s;
+        __atomic_store_n(&r->seq, 0, __ATOMIC_RELAXED);
+    }
+    uint64_t *claim = h->table + h->dev.num_signals + DION_CTL_ERR_CLAIM;
+    uint64_t *dropped_word = h->table + h->dev.num_signals + DION_CTL_ERR_DROPPED, dropped = 0;
+    /* The copies and the cleared seq words come before the slots are handed back. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (h->cpu) {
+        for (int i = 0; i < n; i++) __atomic_store_n(&claim[slots[i]], 0, __ATOMIC_RELEASE);
+        dropped = __atomic_load_n(dropped_word, __ATOMIC_RELAXED);
+    } else {
+        static const uint64_t zero = 0;
+        cudaError_t e = cudaSuccess;
+        for (int i = 0; i < n && e == cudaSuccess; i++)
+            e = cudaMemcpyAsync(&claim[slots[i]], &zero, 8, cudaMemcpyHostToDevice, h->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(&dropped, dropped_word, 8, cudaMemcpyDeviceToHost, h->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(h->stream);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            DION_LOG(DION_LOG_WARN,
+                     "could not hand error-ring slots back to the device (%s); later device "
+                     "errors may be dropped",
+                     cudaGetErrorString(e));
+            dropped = h->dropped_seen;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        dion__log_record(&got[i], level);
+        if (h->pending++ == 0 || got[i].seq < h->first.seq) h->first = got[i];
+    }
+    if (dropped > h->dropped_seen) {
+        DION_LOG(level,
+                 "%llu device error records were dropped: the error ring (%d records) was full; call "
+                 "dion_dev_check more often or fix the first errors",
+                 (unsigned long long)(dropped - h->dropped_seen), DION_ERR_RING);
+        h->pending_dropped += dropped - h->dropped_seen;
+        h->dropped_seen = dropped;
+    }
 }
 
 void dion__dev_report_errors(dion_comm_t c)
 {
     pthread_mutex_lock(&c->devs_lock);
-    for (struct dion__devh *h = c->devs; h; h = h->next) {
-        uint64_t lost = dion__read_records(h, &h->watch_cursor, dion__log_record, NULL);
-        if (lost)
-            DION_LOG(DION_LOG_WARN, "device error ring overflowed: %llu records lost",
-                     (unsigned long long)lost);
-    }
+    if (c->cuda_device >= 0) cudaSetDevice(c->cuda_device); /* runs on the watchdog thread */
+    for (struct dion__devh *h = c->devs; h; h = h->next) dion__drain_records(h, DION_LOG_WARN);
     pthread_mutex_unlock(&c->devs_lock);
 }
 
@@ -470,6 +507,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     h->dev.flags = flags;
     h->dev.signals = h->table;
     h->dev.host = h;
+    h->dev.generation = __atomic_add_fetch(&dion__dev_serial, 1, __ATOMIC_RELAXED);
     dion__trace_attach(h->trace, &h->dev);
     for (int r = 0; r < n && r < DION_DEV_INLINE_PEERS; r++) h->dev.peer_inline[r] = h->peers_copy[r];
     pthread_mutex_lock(&c->lock);
@@ -497,94 +535,156 @@ int dion__dev_slot_uses(dion_comm_t c, const void *table)
     return used;
 }
 
+/* Finds dev's bookkeeping among c's live handles. The caller holds devs_lock and keeps it while it uses the
+ * result: dion_dev_destroy unlinks a handle under that lock before freeing it. */
 static struct dion__devh *dion__devh_of(dion_comm_t c, const dion_dev_t *dev, const char *fn)
 {
     if (!dev || !dev->host) {
         dion__error(DION_ERR_INVALID_ARG, "%s: dev is NULL or was not made by dion_dev_create", fn);
         return NULL;
     }
-    pthread_mutex_lock(&c->devs_lock);
     struct dion__devh *h = c->devs;
-    while (h && h != dev->host) h = h->next;
-    pthread_mutex_unlock(&c->devs_lock);
-    if (!h) dion__error(DION_ERR_INVALID_ARG, "%s: dev does not belong to this comm (or was destroyed)", fn);
-    return h;
+    while (h && !(h == dev->host && h->dev.generation == dev->generation)) h = h->next;
+    if (h) return h;
+    if (dev->generation != 0 && dev->generation <= __atomic_load_n(&dion__dev_serial, __ATOMIC_RELAXED))
+        dion__error(DION_ERR_INVALID_ARG,
+                    "%s: the handle was destroyed (dion_dev_destroy) or belongs to another communicator", fn);
+    else
+        dion__error(DION_ERR_INVALID_ARG, "%s: dev was not made by dion_dev_create on this communicator", fn);
+    return NULL;
 }
 
 dion_status_t dion_dev_destroy(dion_comm_t c, dion_dev_t *dev)
 {
     dion_status_t st = dion__comm_check(c, "dion_dev_destroy");
     if (st != DION_SUCCESS) return st;
+    pthread_mutex_lock(&c->devs_lock);
     struct dion__devh *h = dion__devh_of(c, dev, "dion_dev_destroy");
+    if (h && h->destroying) {
+        dion__error(DION_ERR_INVALID_ARG, "dion_dev_destroy: another thread is destroying this handle");
+        h = NULL;
+    }
+    if (h) h->destroying = 1;
+    pthread_mutex_unlock(&c->devs_lock);
     if (!h) return DION_ERR_INVALID_ARG;
+    /* This rank's kernels end before the barrier, so that once every rank has passed it no kernel anywhere
+     * still touches a table that is about to be freed. */
+    int leak = 0;
+    if (h->cpu) {
+        uint64_t limit = 0;
+        if (dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &limit) != DION_SUCCESS) limit = 60000000000ull;
+        if (dion__cpu_launches_wait(limit) != DION_SUCCESS) {
+            st = dion__error(DION_ERR_TIMEOUT,
+                             "dion_dev_destroy: a CPU-mode launch of this process was still running after "
+                             "DION_BOOTSTRAP_TIMEOUT (%.1f s); the handle's memory stays allocated until the "
+                             "process exits. End kernels before destroying the handle they use",
+                             (double)limit / 1e9);
+            leak = 1;
+        }
+    } else {
+        if (c->cuda_device >= 0) cudaSetDevice(c->cuda_device);
+        st = dion__cuda_check(cudaDeviceSynchronize(), "dion_dev_destroy: waiting for this rank's kernels");
+    }
     pthread_mutex_lock(&c->lock);
     /* Every rank stops using everybody's tables before anyone frees its own. */
-    st = dion__boot_barrier(c->boot);
+    dion_status_t bst = dion__boot_barrier(c->boot);
     pthread_mutex_unlock(&c->lock);
+    if (st == DION_SUCCESS) st = bst;
     pthread_mutex_lock(&c->devs_lock);
     struct dion__devh **pp = &c->devs;
     while (*pp != h) pp = &(*pp)->next;
     *pp = h->next;
     pthread_mutex_unlock(&c->devs_lock);
-    dion__trace_finish(c, &h->trace);
-    dion__devh_free(h);
+    if (!leak) { /* kernels that may still run keep their trace buffers too */
+        dion__trace_finish(c, &h->trace);
+        dion__devh_free(h);
+    }
     memset(dev, 0, sizeof *dev);
     return st;
-}
-
-typedef struct {
-    int count;
-    dion_err_record_t first;
-} dion__check_acc_t;
-
-static void dion__check_collect(const dion_err_record_t *r, void *arg)
-{
-    dion__check_acc_t *acc = arg;
-    if (acc->count++ == 0) acc->first = *r;
 }
 
 dion_status_t dion_dev_check(dion_comm_t c, const dion_dev_t *dev)
 {
     dion_status_t st = dion__comm_check(c, "dion_dev_check");
     if (st != DION_SUCCESS) return st;
+    pthread_mutex_lock(&c->devs_lock);
     struct dion__devh *h = dion__devh_of(c, dev, "dion_dev_check");
-    if (!h) return DION_ERR_INVALID_ARG;
-    dion__check_acc_t acc = {0};
-    uint64_t lost = dion__read_records(h, &h->check_cursor, dion__check_collect, &acc);
-    if (acc.count == 0 && lost == 0) {
+    if (!h) {
+        pthread_mutex_unlock(&c->devs_lock);
+        return DION_ERR_INVALID_ARG;
+    }
+    if (c->cuda_device >= 0 && !h->cpu) cudaSetDevice(c->cuda_device);
+    dion__drain_records(h, DION_LOG_DEBUG);
+    dion_err_record_t first = h->first;
+    uint64_t count = h->pending, dropped = h->pending_dropped;
+    h->pending = h->pending_dropped = 0;
+    /* The abort words: why the comm was aborted, and by or because of which rank. */
+    uint64_t ctl[2] = {0, 0};
+    uint64_t *words = h->table + h->dev.num_signals + DION_CTL_ABORT;
+    if (h->cpu) {
+        ctl[0] = __atomic_load_n(&words[DION_CTL_ABORT], __ATOMIC_ACQUIRE);
+        ctl[1] = __atomic_load_n(&words[DION_CTL_ABORT_RANK], __ATOMIC_RELAXED);
+    } else if (cudaMemcpyAsync(ctl, words, sizeof ctl, cudaMemcpyDeviceToHost, h->stream) != cudaSuccess ||
+               cudaStreamSynchronize(h->stream) != cudaSuccess) {
+        cudaGetLastError();
+        ctl[0] = 0;
+    }
+    pthread_mutex_unlock(&c->devs_lock);
+    if (count == 0 && dropped == 0 && ctl[0] == 0) {
         dion__error_clear();
         return DION_SUCCESS;
     }
-    if (acc.count == 0)
-        return dion__error(DION_ERR_INTERNAL,
-                           "%llu device errors were recorded but overwritten before they were read",
-                           (unsigned long long)lost);
-    char text[640];
-    dion__describe(&acc.first, text, sizeof text);
-    if (acc.count > 1 || lost)
-        return dion__error((dion_status_t)acc.first.status, "%s (and %d more device errors%s)", text,
-                           acc.count - 1 + (int)lost, lost ? ", some overwritten" : "");
-    return dion__error((dion_status_t)acc.first.status, "%s", text);
+    char drops[160] = "", abort_text[200] = "";
+    if (dropped)
+        snprintf(drops, sizeof drops,
+                 "; %llu more were dropped because the error ring (%d records) was full: call dion_dev_check "
+                 "more often",
+                 (unsigned long long)dropped, DION_ERR_RING);
+    if (ctl[0] == DION_ERR_PEER_FAILED)
+        snprintf(abort_text, sizeof abort_text,
+                 "rank %d failed (its bootstrap link closed): device waits, quiets and barriers return "
+                 "DION_ERR_PEER_FAILED",
+                 (int)ctl[1]);
+    else if (ctl[0])
+        snprintf(abort_text, sizeof abort_text,
+                 "rank %d aborted the communicator (%s): device waits, quiets and barriers return it",
+                 (int)ctl[1], dion_status_string((dion_status_t)ctl[0]));
+    if (count == 0 && ctl[0]) return dion__error((dion_status_t)ctl[0], "%s%s", abort_text, drops);
+    if (count == 0) return dion__error(DION_ERR_INTERNAL, "no device error record was left to read%s", drops);
+    char text[640], more[64] = "";
+    dion__describe(&first, text, sizeof text);
+    if (count > 1)
+        snprintf(more, sizeof more, " (and %llu more device errors)", (unsigned long long)(count - 1));
+    return dion__error((dion_status_t)first.status, "%s%s%s%s%s", text, more, drops, ctl[0] ? "; " : "",
+                       abort_text);
 }
 
 dion_status_t dion_dev_stats(dion_comm_t c, const dion_dev_t *dev, uint32_t ctx, dion_ctx_stats_t *out)
 {
     dion_status_t st = dion__comm_check(c, "dion_dev_stats");
     if (st != DION_SUCCESS) return st;
-    struct dion__devh *h = dion__devh_of(c, dev, "dion_dev_stats");
-    if (!h) return DION_ERR_INVALID_ARG;
     if (!out) return dion__error(DION_ERR_INVALID_ARG, "dion_dev_stats: out is NULL");
-    if (ctx >= h->dev.num_contexts)
-        return dion__error(DION_ERR_INVALID_ARG, "dion_dev_stats: ctx=%u is not below num_contexts=%u", ctx,
-                           h->dev.num_contexts);
-    if (!h->dev.stats)
-        return dion__error(DION_ERR_UNSUPPORTED, "dion_dev_stats: counting is off; set DION_STATS=1 before "
-                                                 "dion_dev_create");
-    if (h->cpu) {
+    pthread_mutex_lock(&c->devs_lock);
+    struct dion__devh *h = dion__devh_of(c, dev, "dion_dev_stats");
+    if (!h)
+        st = DION_ERR_INVALID_ARG;
+    else if (ctx >= h->dev.num_contexts)
+        st = dion__error(DION_ERR_INVALID_ARG, "dion_dev_stats: ctx=%u is not below num_contexts=%u", ctx,
+                         h->dev.num_contexts);
+    else if (!h->dev.stats)
+        st = dion__error(DION_ERR_UNSUPPORTED, "dion_dev_stats: counting is off; set DION_STATS=1 before "
+                                               "dion_dev_create");
+    else if (h->cpu) {
         uint64_t *src = (uint64_t *)&h->dev.stats[ctx], *dst = (uint64_t *)out;
         for (size_t i = 0; i < sizeof *out / 8; i++) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-        return DION_SUCCESS;
+    } else {
+        if (c->cuda_device >= 0) cudaSetDevice(c->cuda_device);
+        st = dion__cuda_check(
+            cudaMemcpyAsync(out, &h->dev.stats[ctx], sizeof *out, cudaMemcpyDeviceToHost, h->stream),
+            "dion_dev_stats: reading the counters");
+        if (st == DION_SUCCESS)
+            st = dion__cuda_check(cudaStreamSynchronize(h->stream), "dion_dev_stats: reading the counters");
     }
-    cudaMemcpyAsync(out, &h->dev.stats[ctx], sizeof *out, cudaMemcpyDeviceToHost, h->stream);
-    return dion__cuda_check(cudaStreamSynchronize(h->stream), "reading the statistics");
+    pthread_mutex_unlock(&c->devs_lock);
+    return st;
 }

@@ -65,6 +65,11 @@ dion_status_t dion__cfg_enum(const char *name, int *out); /* index into choices 
 dion_status_t dion__parse_duration_ns(const char *text, uint64_t *out);
 void dion__cfg_markdown(FILE *out);
 
+/* ---- CPU mode (cpu_launch.c) ---- */
+/* Waits until no dion_cpu_launch of this process is running, other than the caller's own when it is a
+ * launched thread; DION_ERR_TIMEOUT after timeout_ns (0: no limit). */
+dion_status_t dion__cpu_launches_wait(uint64_t timeout_ns);
+
 /* ---- time ---- */
 uint64_t dion__now_ns(void); /* CLOCK_MONOTONIC */
 

@@ -6,12 +6,13 @@
  *  put_signal   returns when issued; the target sees the signal change only after this put's data.
  *  signal       release: ordered after every earlier put of the caller to that peer (the _RELAXED ops are
  * not). wait         acquire: data of puts whose signal it observed is visible after it returns. fence
- * earlier operations of the caller reach each peer before later ones. quiet        every earlier operation of
- * the caller is complete: sources reusable, data delivered. barrier      every rank reached it (one thread
- * per context per rank); includes a quiet. The warp and block variants are called by every thread of the warp
- * / block with the same arguments; they share the copy and end with the group synchronized, so that one
- * thread's later signal or quiet covers the whole group's stores. With DION_CHECK=1 every call checks its
- * arguments and writes an error record (dion_dev_check) instead of touching memory. */
+ * earlier puts and atomics of the caller are ordered before its later signals, atomics and barriers (not
+ * before a later plain put that the target polls). quiet        every earlier operation of the caller is
+ * complete: sources reusable, data delivered. barrier      every rank reached it (one thread per context per
+ * rank); includes a quiet. The warp and block variants are called by every thread of the warp / block with
+ * the same arguments; they share the copy and end with the group synchronized, so that one thread's later
+ * signal or quiet covers the whole group's stores. With DION_CHECK=1 every call checks its arguments and
+ * writes an error record (dion_dev_check) instead of touching memory. */
 #ifndef DION_DEVICE_CUH
 #define DION_DEVICE_CUH
 
@@ -28,15 +29,9 @@ DION_HD dion_ctx_t dion_ctx(dion_dev_t dev, uint32_t index)
     dion_ctx_t c;
     c.dev = dev;
     c.index = index;
-    if (index >= dev.num_contexts) {
-        if (dev.flags & DION_DEVF_CHECK) {
-            /* Keep the bad index: every operation on this context is then skipped, and this is recorded once
-             * per block. */
-            if (dion__block_thread() == 0) dion__check_ctx(&c, DION_OP_CTX, 1);
-        } else {
-            c.index = dev.num_contexts ? index % dev.num_contexts : 0;
-        }
-    }
+    /* DION_CHECK keeps a bad index: every operation on this context then records it and does nothing. */
+    if (index >= dev.num_contexts && !(dev.flags & DION_DEVF_CHECK))
+        c.index = dev.num_contexts ? index % dev.num_contexts : 0;
     return c;
 }
 
@@ -49,7 +44,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
     uint64_t t0 = dion__trace_start(&c);
     if (dion__check_enabled(&c)) {
         int lead = r == 0;
-        if (c.index >= c.dev.num_contexts || !dion__check_peer(&c, peer, DION_OP_PUT, lead) ||
+        if (!dion__check_ctx(&c, DION_OP_PUT, lead) || !dion__check_peer(&c, peer, DION_OP_PUT, lead) ||
             !dion__check_range(&c, dst, peer, dst_off, bytes, 1, DION_OP_PUT, peer, lead) ||
             !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT, peer, lead))
             return;
@@ -86,7 +81,7 @@ DION_HD void dion_put_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_
 DION_HD int dion__check_signal_args(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op,
                                     dion_op_t what, int lead)
 {
-    if (c->index >= c->dev.num_contexts || !dion__check_peer(c, peer, what, lead) ||
+    if (!dion__check_ctx(c, what, lead) || !dion__check_peer(c, peer, what, lead) ||
         !dion__check_sig(c, peer, sig, what, lead))
         return 0;
     if ((uint32_t)op <= DION_SIG_ADD_RELAXED) return 1;
@@ -168,7 +163,7 @@ DION_HD dion_status_t dion_wait(dion_ctx_t c, uint32_t sig, dion_cmp_t cmp, uint
                                 uint64_t *observed)
 {
     if (dion__check_enabled(&c)) {
-        if (c.index >= c.dev.num_contexts || !dion__check_sig(&c, c.dev.rank, sig, DION_OP_WAIT, 1))
+        if (!dion__check_ctx(&c, DION_OP_WAIT, 1) || !dion__check_sig(&c, c.dev.rank, sig, DION_OP_WAIT, 1))
             return DION_ERR_INVALID_ARG;
         if ((uint32_t)cmp > DION_CMP_LE) {
             dion__err_t e = dion__err(DION_ERR_INVALID_ARG, DION_OP_WAIT, c.dev.rank);
@@ -190,7 +185,9 @@ DION_HD dion_status_t dion_wait(dion_ctx_t c, uint32_t sig, dion_cmp_t cmp, uint
 /* The current value of this rank's signal sig (an acquire load). */
 DION_HD uint64_t dion_signal_read(dion_ctx_t c, uint32_t sig)
 {
-    if (dion__check_enabled(&c) && !dion__check_sig(&c, c.dev.rank, sig, DION_OP_SIGNAL_READ, 1)) return 0;
+    if (dion__check_enabled(&c) && (!dion__check_ctx(&c, DION_OP_SIGNAL_READ, 1) ||
+                                    !dion__check_sig(&c, c.dev.rank, sig, DION_OP_SIGNAL_READ, 1)))
+        return 0;
     return dion__ld_acquire(c.dev.signals + sig, dion__dev_scope(&c.dev));
 }
 
@@ -198,6 +195,7 @@ DION_HD uint64_t dion_signal_read(dion_ctx_t c, uint32_t sig)
 
 DION_HD void dion_fence(dion_ctx_t c)
 {
+    if (dion__check_enabled(&c) && !dion__check_ctx(&c, DION_OP_FENCE, 1)) return;
     uint64_t t0 = dion__trace_start(&c);
     dion__p2p_quiet(&c);
     DION__STAT(&c, fences, 1);
@@ -207,6 +205,7 @@ DION_HD void dion_fence(dion_ctx_t c)
 /* Returns DION_ERR_ABORTED / DION_ERR_PEER_FAILED once the comm was aborted or a peer failed. */
 DION_HD dion_status_t dion_quiet(dion_ctx_t c)
 {
+    if (dion__check_enabled(&c) && !dion__check_ctx(&c, DION_OP_QUIET, 1)) return DION_ERR_INVALID_ARG;
     uint64_t t0 = dion__trace_start(&c);
     /* The abort word is read before the fence so that its latency overlaps the fence's. */
     uint64_t ab =
@@ -222,7 +221,10 @@ DION_HD dion_status_t dion_barrier(dion_ctx_t c)
 {
     const dion_dev_t *d = &c.dev;
     if (c.index >= d->num_contexts) {
-        if (dion__check_enabled(&c)) return DION_ERR_INVALID_ARG;
+        if (dion__check_enabled(&c)) {
+            dion__check_ctx(&c, DION_OP_BARRIER, 1);
+            return DION_ERR_INVALID_ARG;
+        }
         c.index = 0;
     }
     uint64_t t0 = dion__trace_start(&c);
@@ -255,7 +257,7 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
     uint64_t t0 = dion__trace_start(&c);
     if (dion__check_enabled(&c)) {
         int lead = r == 0;
-        if (c.index >= c.dev.num_contexts || !dion__check_peer(&c, peer, DION_OP_GET, lead) ||
+        if (!dion__check_ctx(&c, DION_OP_GET, lead) || !dion__check_peer(&c, peer, DION_OP_GET, lead) ||
             !dion__check_range(&c, src, peer, src_off, bytes, 1, DION_OP_GET, peer, lead) ||
             !dion__check_range(&c, dst, c.dev.rank, dst_off, bytes, 1, DION_OP_GET, peer, lead))
             return;
@@ -293,7 +295,7 @@ DION_HD void dion_get_block(dion_ctx_t c, dion_dwin_t dst, size_t dst_off, dion_
  * dion_fence. A call rejected by DION_CHECK returns 0. */
 DION_HD int dion__check_atomic(const dion_ctx_t *c, dion_dwin_t w, int peer, size_t off, dion_op_t op)
 {
-    return c->index < c->dev.num_contexts && dion__check_peer(c, peer, op, 1) &&
+    return dion__check_ctx(c, op, 1) && dion__check_peer(c, peer, op, 1) &&
            dion__check_range(c, w, peer, off, 8, 8, op, peer, 1);
 }
 

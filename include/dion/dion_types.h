@@ -115,7 +115,7 @@ struct dion_dev_peer {
 
 /* One error that device code recorded; dion_dev_check and the watchdog report it. */
 typedef struct {
-    uint64_t seq; /* 1 + the record's number, written last; 0 while the record is being written */
+    uint64_t seq; /* 1 + the record's number, written last; 0 while the slot is free or being written */
     uint32_t status;
     uint32_t op;
     int32_t rank;
@@ -125,7 +125,7 @@ typedef struct {
     uint32_t thread;
     uint32_t sig;
     uint32_t cmp;
-    uint32_t pad;
+    uint32_t detail; /* DION_ERR_DETAIL_*: which check failed, where status and op do not tell */
     uint64_t expected;
     uint64_t observed;
     uint64_t offset;
@@ -147,6 +147,12 @@ typedef struct {
 
 /* Written by device code, read by the host: lives in host-mapped memory. Slots are claimed with a counter in
  * the signal table (device memory), so no atomics touch host memory. */
+#define DION_ERR_DETAIL_NONE 0
+#define DION_ERR_DETAIL_CTX  1 /* the context index (observed) is not below num_contexts (expected) */
+
+/* Written by device code, read by the host: lives in host-mapped memory. Each slot has a claim word in the
+ * signal table (device memory), so no atomics touch host memory: a writer takes a free slot, the host frees
+ * it after reading the record; records that find their slot taken are dropped and counted. */
 struct dion_dev_errors {
     dion_err_record_t rec[DION_ERR_RING];
 };
@@ -184,10 +190,14 @@ struct dion_dev_trace {
 #define DION_DEVF_TRACE 0x10u /* DION_TRACE is set: device calls record events (device/trace.cuh) */
 
 /* Words at the tail of every signal table, after the user's signals. */
-#define DION_CTL_ABORT      0 /* nonzero: the comm was aborted; holds a dion_status_t */
-#define DION_CTL_ABORT_RANK 1 /* the rank that failed or aborted */
-#define DION_CTL_ERR_HEAD   2 /* error records claimed so far */
-#define DION_CTL_WORDS      8 /* then one barrier counter per context */
+#define DION_CTL_ABORT       0 /* nonzero: the comm was aborted; holds a dion_status_t */
+#define DION_CTL_ABORT_RANK  1 /* the rank that failed or aborted */
+#define DION_CTL_ERR_HEAD    2 /* error records numbered so far */
+#define DION_CTL_ERR_DROPPED 3 /* error records dropped because their ring slot was taken */
+#define DION_CTL_ERR_CLAIM                                                                                   \
+    8 /* DION_ERR_RING claim words: 0 free, else 1 + the number of the slot's record                         \
+       */
+#define DION_CTL_WORDS (DION_CTL_ERR_CLAIM + DION_ERR_RING) /* then one barrier counter per context */
 
 /* The first peers' entries are also kept inside the handle: kernels receive it by value, so these are read
  * from the parameter (constant) bank, which the L1 invalidation of an acquire does not touch. */

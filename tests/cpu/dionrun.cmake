@@ -8,7 +8,7 @@ set(DIONRUN_TEST bash ${CMAKE_CURRENT_SOURCE_DIR}/dionrun_test.sh $<TARGET_FILE:
 foreach(n 1 2 4 8)
   dion_test(NAME dionrun_env_${n} COMMAND ${DIONRUN_TEST} env ${n} LABELS "host;cpu" TIMEOUT 30)
 endforeach()
-foreach(case fail stubborn signal timeout sigterm sigint notfound usage mps_missing mps_forced mps_auto mps_user
+foreach(case fail stubborn grace signal timeout sigterm sigint notfound usage mps_missing mps_forced mps_auto mps_user
              mps_fail mps_sigterm mps_broken)
   dion_test(NAME dionrun_${case} COMMAND ${DIONRUN_TEST} ${case} LABELS "host;cpu" TIMEOUT 30)
 endforeach()

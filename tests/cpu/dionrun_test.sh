@@ -155,6 +155,19 @@ stubborn)
     expect_err "SIGKILL"
     expect_no_ranks_left
     ;;
+grace)
+    # --grace sets the time between SIGTERM and SIGKILL; a bad value is a usage error.
+    run -n 3 --grace 0.5 "$PROBE" stubborn 0 7
+    expect_rc 7
+    expect_err "dionrun: 2 ranks still running 0.5 s after SIGTERM; sending SIGKILL"
+    expect_no_ranks_left
+    run -n 2 --grace=0 "$PROBE" env
+    expect_rc 2
+    expect_err "--grace wants a number of seconds greater than 0, not '0'"
+    run -n 2 --hosts --mps "$PROBE" env
+    expect_rc 2
+    expect_err "--hosts and --mps exclude each other"
+    ;;
 signal)
     run -n 3 "$PROBE" signal 1 9
     expect_rc 137

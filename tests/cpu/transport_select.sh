@@ -8,8 +8,8 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 fail() { echo "FAIL: $*"; sed 's/^/  | /' "$out" | tail -40; exit 1; }
 
-# 1. forced p2p: the suite passes and each of the 3 ranks logs its choice for each of the 2 others
-DION_CPU_MODE=1 DION_TRANSPORT=p2p DION_LOG=info "$dionrun" -n 3 --timeout 120 "$conf" all >"$out" 2>&1 ||
+# 1. forced p2p: the argument-check part of the suite passes and each of the 3 ranks logs its choice for each of the 2 others
+DION_CPU_MODE=1 DION_CHECK=1 DION_TRANSPORT=p2p DION_LOG=info "$dionrun" -n 3 --timeout 120 "$conf" check >"$out" 2>&1 ||
   fail "the conformance suite failed with DION_TRANSPORT=p2p"
 for a in 0 1 2; do
   for b in 0 1 2; do

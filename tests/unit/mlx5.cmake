@@ -1,0 +1,11 @@
+# mlx5 WQE/CQE builders (device/mlx5.cuh, CPU mode) and DEVX layouts against rdma-core's mlx5dv.h.
+if(DION_MLX5DV_INCLUDE)
+  add_executable(test_mlx5 ${CMAKE_CURRENT_SOURCE_DIR}/test_mlx5.c)
+  target_link_libraries(test_mlx5 PRIVATE dion_internal)
+  target_include_directories(test_mlx5 PRIVATE ${DION_MLX5DV_INCLUDE})
+  dion_test(NAME unit_mlx5 COMMAND test_mlx5 LABELS host TIMEOUT 60)
+else()
+  # Say so instead of leaving the test out silently (scripts/setup.sh installs the header for the test suite).
+  dion_test(NAME unit_mlx5 COMMAND sh -c "echo 'infiniband/mlx5dv.h not found: install libibverbs-dev'; exit 77"
+            LABELS host)
+endif()
