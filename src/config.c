@@ -105,8 +105,7 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"DION_OFI_PROVIDER", DION_CFG_STRING, NULL, NULL,
      "libfabric provider for the ofi engine (e.g. efa, cxi, verbs;ofi_rxm, tcp, shm). Unset: the best that "
      "fi_getinfo offers with RDM endpoints, RMA and atomics, in the order efa, cxi, verbs;ofi_rxm, psm3, "
-     "opx, "
-     "tcp, shm, sockets.",
+     "opx, tcp, shm; others (sockets, udp;ofi_rxd) only when named.",
      NULL},
     {"DION_OFI_DOMAIN", DION_CFG_STRING, NULL, NULL,
      "libfabric domain (NIC or interface, e.g. eth0, lo) within the provider; unset: the first it lists.",
@@ -114,7 +113,7 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"DION_OFI_ORDER", DION_CFG_ENUM, "auto", "auto|msg_order|fence|wait",
      "How the ofi engine keeps a signal behind its data. msg_order: the provider's message order "
      "(FI_ORDER_WAW...); fence: FI_FENCE; wait: hold the signal until earlier operations to that peer "
-     "completed. auto: msg_order for tcp, else fence where the provider has it, else wait.",
+     "completed. auto: msg_order for tcp, else wait.",
      NULL},
     {"DION_OFI_OP_TIMEOUT", DION_CFG_DURATION, "30s", NULL,
      "An ofi operation without a completion after this long is reported as failed (DION_ERR_TIMEOUT), so "

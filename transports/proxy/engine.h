@@ -87,11 +87,11 @@ typedef enum {
  * closed first. */
 typedef struct {
     uint64_t cookie;      /* the value given at post */
-    uint64_t value;       /* fetching atomics: the target's old value */
+    uint64_t value;       /* fetch-add and compare-swap: the target's old value; else 0 */
     dion_status_t status; /* DION_SUCCESS, DION_ERR_REMOTE_ACCESS (bad key, out of bounds, protection),
                              DION_ERR_PEER_FAILED (peer unreachable), DION_ERR_NETWORK (other) */
     int peer;
-    char why[200]; /* when status is not DION_SUCCESS: a sentence naming the operation, peer and cause */
+    char why[320]; /* when status is not DION_SUCCESS: a sentence naming the operation, peer and cause */
 } dion__engine_cqe_t;
 
 typedef struct dion__engine_ops {

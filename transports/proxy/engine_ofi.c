@@ -11,7 +11,8 @@
  *    overlapping locations, so auto uses this only for providers whose data placement is known to follow
  *    header order (tcp: one byte stream per peer, a write's payload is in memory before the next header is
  *    read). Where a needed bit is missing the operation is held as in wait.
- *  - fence: the provider has FI_FENCE; the ordered operation carries it when earlier ones are in flight.
+ *  - fence: the provider has FI_FENCE; the ordered operation carries it when earlier ones are in flight. Only
+ *    when DION_OFI_ORDER=fence: the one provider here with FI_FENCE (sockets) stalled with it.
  *  - wait: the ordered operation is held in a per-peer queue until every earlier operation to that peer has
  *    completed (delivery complete where the provider has it), then posted from poll. Costs a round trip. */
 #include <errno.h>
@@ -23,83 +24,9 @@
 
 #if DION_HAVE_FABRIC
 
-#include <rdma/fi_atomic.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
+#include "ofi.h"
 
-#include "ofi_sym.h"
-
-#define NONE UINT32_MAX
-
-enum { ORDER_MSG, ORDER_FENCE, ORDER_WAIT };
 static const char *const order_names[] = {"msg_order", "fence", "wait"};
-
-/* ABANDONED: reported as timed out; the slot waits for the provider's late completion, if any. */
-enum { OP_FREE, OP_QUEUED, OP_INFLIGHT, OP_ABANDONED };
-enum { OP_PUT, OP_GET, OP_AMO };
-enum { CLS_WRITE = 1, CLS_READ = 2 };
-
-typedef struct {
-    struct fi_context2 ctx; /* first: completions give back its address */
-    uint64_t operand, compare, result;
-    uint64_t cookie;
-    void *local;
-    void *desc;
-    uint64_t raddr, rkey, roff;
-    uint64_t posted_ns;
-    size_t bytes;
-    int peer;
-    uint32_t next; /* free list or the peer's queue */
-    uint8_t state, kind, amo, cls, ordered;
-} op_t;
-
-typedef struct {
-    fi_addr_t addr;
-    uint32_t inflight, writes,
-        reads;                     /* posted, not completed; writes/reads by class (fetching atomics: both) */
-    uint32_t qhead, qtail, queued; /* operations held back, in order */
-} peer_t;
-
-struct dion__engine_mr {
-    struct fid_mr *mr;
-    void *desc;
-    char *base;
-    size_t len;
-    int mem;
-};
-
-struct dion__engine {
-    const dion__fi_t *fi;
-    struct fi_info *info;
-    struct fid_fabric *fabric;
-    struct fid_domain *domain;
-    struct fid_av *av;
-    struct fid_cq *cq;
-    struct fid_ep *ep;
-    uint32_t api;
-    int rank, nranks, cuda_device;
-    int order;
-    int cuda_mem;
-    int delivery;      /* FI_DELIVERY_COMPLETE granted */
-    int fetch_updates; /* post add and set as fetching atomics, for their completion semantics (shm) */
-    int delivered;     /* every completion means the target's memory holds the result */
-    uint64_t op_timeout_ns, next_scan_ns;
-    uint64_t
-        busy_posts; /* posts the provider refused for lack of resources (-FI_EAGAIN), retried from poll */
-    int broken;
-    uint64_t mr_mode;
-    uint64_t msg_order;
-    uint64_t next_key;
-    int live_mrs;
-    peer_t *peers; /* [nranks] once connected */
-    int queued_peers;
-    op_t *ops;
-    uint32_t nops, free_head, inflight_total;
-    struct dion__engine_mr ops_mr;
-};
 
 /* ---- small helpers ---- */
 
@@ -109,16 +36,11 @@ static dion_status_t fi_fail(dion__engine_t *e, const char *what, int rc)
                            e->fi->strerror(rc < 0 ? -rc : rc), rc);
 }
 
-static const char *prov_name(const struct fi_info *i)
-{
-    return i && i->fabric_attr && i->fabric_attr->prov_name ? i->fabric_attr->prov_name : "?";
-}
-
 /* Lower is better; the order of issue 8: hardware NICs first, then tcp, then shared memory. */
 static int prov_rank(const char *p)
 {
-    static const char *const pref[] = {"efa", "cxi",         "verbs;ofi_rxm", "psm3",   "opx",
-                                       "tcp", "tcp;ofi_rxm", "shm",           "sockets"};
+    static const char *const pref[] = {"efa", "cxi", "verbs;ofi_rxm", "psm3",
+                                       "opx", "tcp", "tcp;ofi_rxm",   "shm"};
     for (size_t i = 0; i < sizeof pref / sizeof pref[0]; i++)
         if (!strcmp(p, pref[i])) return (int)i;
     return 100;
@@ -179,8 +101,11 @@ static struct fi_info *try_getinfo(dion__engine_t *e, const want_t *w, const cha
     if (dom) hints->domain_attr->name = strdup(dom);
     if (e->fi->getinfo(e->api, NULL, NULL, 0, hints, &list) == 0) {
         struct fi_info *pick = NULL;
-        for (struct fi_info *i = list; i; i = i->next)
-            if (!pick || prov_rank(prov_name(i)) < prov_rank(prov_name(pick))) pick = i;
+        for (struct fi_info *i = list; i; i = i->next) {
+            /* deprecated providers whose atomics fail here (sockets) are used only when named */
+            if (!prov && prov_rank(dion__ofi_prov_name(i)) >= 100) continue;
+            if (!pick || prov_rank(dion__ofi_prov_name(i)) < prov_rank(dion__ofi_prov_name(pick))) pick = i;
+        }
         if (pick) best = e->fi->dupinfo(pick);
     }
     if (list) e->fi->freeinfo(list);
@@ -207,11 +132,11 @@ static dion_status_t choose(dion__engine_t *e, int want_cuda, int order_env, cha
         return DION_ERR_UNSUPPORTED;
     }
     char pname[64], dname[64];
-    snprintf(pname, sizeof pname, "%s", prov_name(found));
+    snprintf(pname, sizeof pname, "%s", dion__ofi_prov_name(found));
     snprintf(dname, sizeof dname, "%s",
              found->domain_attr && found->domain_attr->name ? found->domain_attr->name : "");
     int tcp = !strncmp(pname, "tcp", 3);
-    int fence_first = order_env == ORDER_FENCE || (order_env < 0 && !tcp);
+    int fence_first = order_env == ORDER_FENCE; /* FI_FENCE is used only when asked for: see auto below */
     /* Refine on that provider: ask for what helps, drop it again when refused. */
     static const uint64_t orders[] = {FI_ORDER_WAW | FI_ORDER_RAW | FI_ORDER_WAR | FI_ORDER_RAR,
                                       FI_ORDER_WAW | FI_ORDER_RAW, FI_ORDER_WAW, 0};
@@ -237,7 +162,7 @@ static dion_status_t choose(dion__engine_t *e, int want_cuda, int order_env, cha
     if (order_env >= 0)
         e->order = order_env == ORDER_FENCE && !fence_ok ? ORDER_WAIT : order_env;
     else
-        e->order = tcp ? ORDER_MSG : fence_ok ? ORDER_FENCE : ORDER_WAIT;
+        e->order = tcp ? ORDER_MSG : ORDER_WAIT; /* fence: not yet seen working on any provider (docs) */
     /* libfabric 1.17's shm crashes in its progress engine when fi_atomicmsg carries FI_DELIVERY_COMPLETE
      * (seen here), and without it an add or set completes before the target applied it. Fetching atomics
      * complete only once applied (fi_atomic(3)), so there add and set go as fetching atomics. Also where
@@ -344,12 +269,12 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
     else if (e->fetch_updates && (fi_fetch_atomicvalid(e->ep, FI_UINT64, FI_ATOMIC_WRITE, &cnt) || !cnt))
         e->fetch_updates = 0; /* keep plain add and set */
     /* Whether every completion (atomics included) means the result is in the target's memory. */
-    e->delivered = e->fetch_updates || (e->delivery && strcmp(prov_name(i), "shm") != 0);
+    e->delivered = e->fetch_updates || (e->delivery && strcmp(dion__ofi_prov_name(i), "shm") != 0);
     if (missing) {
         snprintf(why, cap,
                  "libfabric provider %s lacks %s on 64-bit integers; choose another with "
                  "DION_OFI_PROVIDER",
-                 prov_name(i), missing);
+                 dion__ofi_prov_name(i), missing);
         s = DION_ERR_UNSUPPORTED;
         goto fail;
     }
@@ -363,23 +288,25 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         goto fail;
     }
     memset(e->ops, 0, bytes);
-    for (uint32_t k = 0; k < nops; k++) e->ops[k].next = k + 1 < nops ? k + 1 : NONE;
+    for (uint32_t k = 0; k < nops; k++) e->ops[k].next = k + 1 < nops ? k + 1 : OFI_NONE;
     e->free_head = 0;
     if (e->mr_mode & FI_MR_LOCAL) {
         step = "fi_mr_reg(operation table)";
         if ((rc = mr_register(e, e->ops, bytes, DION__ENGINE_MEM_HOST, &e->ops_mr))) goto fi_err;
     }
     DION_LOG(DION_LOG_INFO,
-             "ofi: provider %s, domain %s, libfabric %u.%u (%s), order %s, %s completion, mr_mode %#llx, "
+             "ofi: provider %s, domain %s, libfabric %u.%u (%s), order %s (msg_order %#llx), %s completion, "
+             "mr_mode %#llx, "
              "GPU memory %s, %u slots",
-             prov_name(i), i->domain_attr->name ? i->domain_attr->name : "?", FI_MAJOR(lib), FI_MINOR(lib),
-             fi->path, order_names[e->order], e->delivered ? "delivery" : "transmit",
-             (unsigned long long)e->mr_mode, e->cuda_mem ? "registered (FI_HMEM)" : "staged", nops);
+             dion__ofi_prov_name(i), i->domain_attr->name ? i->domain_attr->name : "?", FI_MAJOR(lib),
+             FI_MINOR(lib), fi->path, order_names[e->order], (unsigned long long)e->msg_order,
+             e->delivered ? "delivery" : "transmit", (unsigned long long)e->mr_mode,
+             e->cuda_mem ? "registered (FI_HMEM)" : "staged", nops);
     *out = e;
     return DION_SUCCESS;
 
 fi_err:
-    snprintf(why, cap, "libfabric %s failed for provider %s: %s (%d)", step, prov_name(e->info),
+    snprintf(why, cap, "libfabric %s failed for provider %s: %s (%d)", step, dion__ofi_prov_name(e->info),
              fi->strerror(rc < 0 ? -rc : rc), rc);
     s = rc == -FI_ENODATA || rc == -FI_ENOSYS || rc == -FI_EOPNOTSUPP ? DION_ERR_UNSUPPORTED
                                                                       : DION_ERR_NETWORK;
@@ -396,8 +323,10 @@ static void ofi_close(dion__engine_t *e)
     if (e->ep)
         DION_LOG(DION_LOG_INFO, "ofi: closing; %llu posts had to wait for provider resources",
                  (unsigned long long)e->busy_posts);
-    if (e->ep) fi_close(&e->ep->fid);
+    /* bound objects before what they are bound to: MRs (FI_MR_ENDPOINT) before the endpoint, the endpoint
+     * before its queues and address vector */
     if (e->ops_mr.mr) fi_close(&e->ops_mr.mr->fid);
+    if (e->ep) fi_close(&e->ep->fid);
     if (e->cq) fi_close(&e->cq->fid);
     if (e->av) fi_close(&e->av->fid);
     if (e->domain) fi_close(&e->domain->fid);
@@ -411,7 +340,7 @@ static void ofi_close(dion__engine_t *e)
 static void ofi_query(dion__engine_t *e, dion__engine_caps_t *c)
 {
     memset(c, 0, sizeof *c);
-    snprintf(c->provider, sizeof c->provider, "%s", prov_name(e->info));
+    snprintf(c->provider, sizeof c->provider, "%s", dion__ofi_prov_name(e->info));
     snprintf(c->domain, sizeof c->domain, "%s", e->info->domain_attr->name ? e->info->domain_attr->name : "");
     snprintf(c->order, sizeof c->order, "%s", order_names[e->order]);
     c->cuda_mem = e->cuda_mem;
@@ -432,7 +361,7 @@ static dion_status_t ofi_address(dion__engine_t *e, dion__engine_addr_t *out)
     if (rc == -FI_ETOOSMALL)
         return dion__error_set(DION_ERR_UNSUPPORTED,
                                "provider %s has %zu-byte addresses; the engine carries at most %d",
-                               prov_name(e->info), len, DION__ENGINE_ADDR_MAX);
+                               dion__ofi_prov_name(e->info), len, DION__ENGINE_ADDR_MAX);
     if (rc) return fi_fail(e, "fi_getname", rc);
     out->len = (uint32_t)len;
     out->engine_version = DION__ENGINE_VERSION;
@@ -462,7 +391,7 @@ static dion_status_t ofi_connect(dion__engine_t *e, const dion__engine_addr_t *a
                                    "ofi connect: fi_av_insert of rank %d's address failed: %s", r,
                                    rc < 0 ? e->fi->strerror(-rc) : "address rejected");
         }
-        p[r].qhead = p[r].qtail = NONE;
+        p[r].qhead = p[r].qtail = OFI_NONE;
     }
     e->peers = p;
     return DION_SUCCESS;
@@ -479,7 +408,7 @@ static dion_status_t ofi_mem_reg(dion__engine_t *e, void *base, size_t bytes, in
         return dion__error_set(DION_ERR_UNSUPPORTED,
                                "ofi provider %s cannot register GPU memory (no FI_HMEM CUDA support); the "
                                "window needs staging through pinned host memory",
-                               prov_name(e->info));
+                               dion__ofi_prov_name(e->info));
     struct dion__engine_mr *m = calloc(1, sizeof *m);
     if (!m) return dion__error_set(DION_ERR_NO_MEMORY, "ofi mem_reg: out of memory");
     int rc = mr_register(e, base, bytes, mem, m);
@@ -495,7 +424,8 @@ static dion_status_t ofi_mem_reg(dion__engine_t *e, void *base, size_t bytes, in
         fi_close(&m->mr->fid);
         free(m);
         return dion__error_set(DION_ERR_UNSUPPORTED,
-                               "ofi provider %s uses raw memory keys, not supported yet", prov_name(e->info));
+                               "ofi provider %s uses raw memory keys, not supported yet",
+                               dion__ofi_prov_name(e->info));
     }
     memset(rkey, 0, sizeof *rkey);
     rkey->addr = (e->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)base : 0;
@@ -517,453 +447,6 @@ static dion_status_t ofi_mem_dereg(dion__engine_t *e, dion__engine_mr_t *m)
     return rc ? fi_fail(e, "fi_close(mr)", rc) : DION_SUCCESS;
 }
 
-/* ---- posting ---- */
-
-static const char *const kind_names[] = {"put", "get", "atomic"};
-static const char *const amo_names[] = {"atomic add", "atomic set", "fetch-add", "compare-swap"};
-
-static const char *op_name(const op_t *o)
-{
-    return o->kind == OP_AMO ? amo_names[o->amo] : kind_names[o->kind];
-}
-
-static op_t *op_alloc(dion__engine_t *e)
-{
-    if (e->free_head == NONE) return NULL;
-    op_t *o = &e->ops[e->free_head];
-    e->free_head = o->next;
-    memset(&o->ctx, 0, sizeof o->ctx);
-    o->next = NONE;
-    return o;
-}
-
-static void op_free(dion__engine_t *e, op_t *o)
-{
-    o->state = OP_FREE;
-    o->next = e->free_head;
-    e->free_head = (uint32_t)(o - e->ops);
-}
-
-/* Whether an ordered operation may go to the provider now, given what is in flight to its peer. */
-static int may_post(const dion__engine_t *e, const peer_t *p, const op_t *o)
-{
-    if (!o->ordered || !p->inflight || e->order == ORDER_FENCE) return 1;
-    if (e->order == ORDER_WAIT) return 0;
-    uint64_t need = 0;
-    if (o->cls & CLS_WRITE) need |= (p->writes ? FI_ORDER_WAW : 0) | (p->reads ? FI_ORDER_WAR : 0);
-    if (o->cls & CLS_READ) need |= (p->writes ? FI_ORDER_RAW : 0) | (p->reads ? FI_ORDER_RAR : 0);
-    return (e->msg_order & need) == need;
-}
-
-/* Hands one operation to libfabric: 0, -FI_EAGAIN (try again after progress) or another error. */
-static ssize_t submit(dion__engine_t *e, op_t *o)
-{
-    peer_t *p = &e->peers[o->peer];
-    uint64_t flags = FI_COMPLETION;
-    if (o->ordered && e->order == ORDER_FENCE && p->inflight) flags |= FI_FENCE;
-    ssize_t rc;
-    if (o->kind != OP_AMO) {
-        struct iovec iov = {.iov_base = o->local, .iov_len = o->bytes};
-        struct fi_rma_iov riov = {.addr = o->raddr, .len = o->bytes, .key = o->rkey};
-        struct fi_msg_rma m = {.msg_iov = &iov,
-                               .desc = &o->desc,
-                               .iov_count = 1,
-                               .addr = p->addr,
-                               .rma_iov = &riov,
-                               .rma_iov_count = 1,
-                               .context = &o->ctx};
-        if (o->kind == OP_PUT)
-            rc = fi_writemsg(e->ep, &m, flags | (e->delivery ? FI_DELIVERY_COMPLETE : 0));
-        else
-            rc = fi_readmsg(e->ep, &m, flags);
-    } else {
-        void *desc = e->ops_mr.desc;
-        struct fi_ioc src = {.addr = &o->operand, .count = 1};
-        struct fi_ioc res = {.addr = &o->result, .count = 1};
-        struct fi_ioc cmp = {.addr = &o->compare, .count = 1};
-        struct fi_rma_ioc rioc = {.addr = o->raddr, .count = 1, .key = o->rkey};
-        struct fi_msg_atomic m = {.msg_iov = &src,
-                                  .desc = &desc,
-                                  .iov_count = 1,
-                                  .addr = p->addr,
-                                  .rma_iov = &rioc,
-                                  .rma_iov_count = 1,
-                                  .datatype = FI_UINT64,
-                                  .context = &o->ctx};
-        switch (o->amo) {
-        case DION__ENGINE_AMO_ADD:
-        case DION__ENGINE_AMO_SET:
-            m.op = o->amo == DION__ENGINE_AMO_ADD ? FI_SUM : FI_ATOMIC_WRITE;
-            if (e->fetch_updates) /* fetching atomics complete only once applied at the target */
-                rc = fi_fetch_atomicmsg(e->ep, &m, &res, &desc, 1, flags);
-            else
-                rc = fi_atomicmsg(e->ep, &m, flags | (e->delivery ? FI_DELIVERY_COMPLETE : 0));
-            break;
-        case DION__ENGINE_AMO_FETCH_ADD:
-            m.op = FI_SUM;
-            rc = fi_fetch_atomicmsg(e->ep, &m, &res, &desc, 1, flags);
-            break;
-        default:
-            m.op = FI_CSWAP;
-            rc = fi_compare_atomicmsg(e->ep, &m, &cmp, &desc, 1, &res, &desc, 1, flags);
-            break;
-        }
-    }
-    if (rc == 0) {
-        o->state = OP_INFLIGHT;
-        o->posted_ns = dion__now_ns();
-        p->inflight++;
-        if (o->cls & CLS_WRITE) p->writes++;
-        if (o->cls & CLS_READ) p->reads++;
-        e->inflight_total++;
-    }
-    return rc;
-}
-
-static void enqueue(dion__engine_t *e, op_t *o)
-{
-    peer_t *p = &e->peers[o->peer];
-    o->state = OP_QUEUED;
-    o->next = NONE;
-    uint32_t idx = (uint32_t)(o - e->ops);
-    if (p->qtail == NONE) {
-        p->qhead = idx;
-        e->queued_peers++;
-    } else {
-        e->ops[p->qtail].next = idx;
-    }
-    p->qtail = idx;
-    p->queued++;
-}
-
-static dion_status_t post(dion__engine_t *e, op_t *o)
-{
-    peer_t *p = &e->peers[o->peer];
-    if (p->qhead == NONE && may_post(e, p, o)) {
-        ssize_t rc = submit(e, o);
-        if (rc == 0) return DION_SUCCESS;
-        if (rc != -FI_EAGAIN) {
-            dion_status_t s = dion__error_set(DION_ERR_NETWORK,
-                                              "ofi: posting a %s of %zu bytes to rank %d failed: "
-                                              "%s (%zd)",
-                                              op_name(o), o->bytes, o->peer, e->fi->strerror((int)-rc), rc);
-            op_free(e, o);
-            return s;
-        }
-    }
-    if (p->qhead == NONE && !(o->ordered && !may_post(e, p, o))) e->busy_posts++;
-    enqueue(e, o); /* held for order, or the provider is out of resources: posted from poll */
-    return DION_SUCCESS;
-}
-
-/* Posts held operations whose turn has come. Returns -1 when the provider refused one for good. */
-static int drain(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
-{
-    for (int r = 0; r < e->nranks && e->queued_peers; r++) {
-        peer_t *p = &e->peers[r];
-        while (p->qhead != NONE) {
-            op_t *o = &e->ops[p->qhead];
-            if (!may_post(e, p, o)) break;
-            ssize_t rc = submit(e, o);
-            if (rc == -FI_EAGAIN) {
-                e->busy_posts++;
-                break;
-            }
-            if (rc != 0 && *n >= max) break; /* report it next time */
-            p->qhead = o->next;
-            p->queued--;
-            if (p->qhead == NONE) {
-                p->qtail = NONE;
-                e->queued_peers--;
-            }
-            if (rc != 0) {
-                dion__engine_cqe_t *c = &out[(*n)++];
-                c->cookie = o->cookie;
-                c->value = 0;
-                c->peer = o->peer;
-                c->status = DION_ERR_NETWORK;
-                snprintf(c->why, sizeof c->why, "ofi: posting a held %s of %zu bytes to rank %d failed: %s",
-                         op_name(o), o->bytes, o->peer, e->fi->strerror((int)-rc));
-                op_free(e, o);
-            }
-        }
-    }
-    return 0;
-}
-
-static op_t *prepare(dion__engine_t *e, int peer, const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes,
-                     const char *what, dion_status_t *s)
-{
-    *s = DION_SUCCESS;
-    if (e->broken) {
-        *s = dion__error_set(DION_ERR_NETWORK, "ofi: the engine failed earlier; %s refused", what);
-        return NULL;
-    }
-    if (!e->peers) {
-        *s = dion__error_set(DION_ERR_INVALID_ARG, "ofi %s: connect has not been called", what);
-        return NULL;
-    }
-    if (peer < 0 || peer >= e->nranks) {
-        *s =
-            dion__error_set(DION_ERR_INVALID_ARG, "ofi %s: peer %d is not in [0, %d)", what, peer, e->nranks);
-        return NULL;
-    }
-    if (!rk || rk->engine_version != DION__ENGINE_VERSION) {
-        *s = dion__error_set(DION_ERR_INVALID_ARG, "ofi %s to rank %d: missing or foreign remote key", what,
-                             peer);
-        return NULL;
-    }
-    if (roff > rk->len || bytes > rk->len - roff) {
-        *s = dion__error_set(DION_ERR_INVALID_ARG,
-                             "ofi %s to rank %d: bytes [%llu, %llu) lie outside the %llu-byte remote region",
-                             what, peer, (unsigned long long)roff, (unsigned long long)(roff + bytes),
-                             (unsigned long long)rk->len);
-        return NULL;
-    }
-    if (bytes > e->info->ep_attr->max_msg_size) {
-        *s = dion__error_set(DION_ERR_INVALID_ARG,
-                             "ofi %s of %zu bytes exceeds the provider's limit of %zu bytes", what, bytes,
-                             e->info->ep_attr->max_msg_size);
-        return NULL;
-    }
-    op_t *o = op_alloc(e);
-    if (!o) {
-        *s = DION__ENGINE_BUSY;
-        return NULL;
-    }
-    o->peer = peer;
-    o->raddr = rk->addr + roff;
-    o->rkey = rk->key;
-    o->roff = roff;
-    o->bytes = bytes;
-    return o;
-}
-
-static dion_status_t rma(dion__engine_t *e, int kind, int peer, dion__engine_mr_t *lmr, void *local,
-                         const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes, uint32_t flags,
-                         uint64_t cookie)
-{
-    const char *what = kind == OP_PUT ? "put" : "get";
-    if (bytes && (!local || (lmr && ((char *)local < lmr->base || bytes > lmr->len ||
-                                     (size_t)((char *)local - lmr->base) > lmr->len - bytes))))
-        return dion__error_set(DION_ERR_INVALID_ARG,
-                               "ofi %s: the local buffer %p (+%zu) is not inside its "
-                               "registration",
-                               what, local, bytes);
-    if (bytes && !lmr && (e->mr_mode & FI_MR_LOCAL))
-        return dion__error_set(DION_ERR_INVALID_ARG, "ofi %s: provider %s needs a registered local buffer",
-                               what, prov_name(e->info));
-    dion_status_t s;
-    op_t *o = prepare(e, peer, rk, roff, bytes, what, &s);
-    if (!o) return s;
-    o->kind = (uint8_t)kind;
-    o->cls = kind == OP_PUT ? CLS_WRITE : CLS_READ;
-    o->ordered = (flags & DION__ENGINE_F_ORDERED) != 0;
-    o->local = local;
-    o->desc = lmr ? lmr->desc : NULL;
-    o->cookie = cookie;
-    return post(e, o);
-}
-
-static dion_status_t ofi_put(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, const void *src,
-                             const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes, uint32_t flags,
-                             uint64_t cookie)
-{
-    return rma(e, OP_PUT, peer, lmr, (void *)src, rk, roff, bytes, flags, cookie);
-}
-
-static dion_status_t ofi_get(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, void *dst,
-                             const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes, uint32_t flags,
-                             uint64_t cookie)
-{
-    return rma(e, OP_GET, peer, lmr, dst, rk, roff, bytes, flags, cookie);
-}
-
-static dion_status_t ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t op,
-                                const dion__engine_rkey_t *rk, uint64_t roff, uint64_t operand,
-                                uint64_t compare, uint32_t flags, uint64_t cookie)
-{
-    if ((unsigned)op >= DION__ENGINE_AMO_COUNT)
-        return dion__error_set(DION_ERR_INVALID_ARG, "ofi atomic: unknown operation %d", (int)op);
-    if (roff % 8)
-        return dion__error_set(DION_ERR_INVALID_ARG, "ofi %s to rank %d: offset %llu is not 8-byte aligned",
-                               amo_names[op], peer, (unsigned long long)roff);
-    dion_status_t s;
-    op_t *o = prepare(e, peer, rk, roff, 8, amo_names[op], &s);
-    if (!o) return s;
-    o->kind = OP_AMO;
-    o->amo = (uint8_t)op;
-    o->cls = op == DION__ENGINE_AMO_ADD || op == DION__ENGINE_AMO_SET ? CLS_WRITE : CLS_WRITE | CLS_READ;
-    o->ordered = (flags & DION__ENGINE_F_ORDERED) != 0;
-    o->operand = operand;
-    o->compare = compare;
-    o->result = 0;
-    o->cookie = cookie;
-    return post(e, o);
-}
-
-/* ---- completions ---- */
-
-static dion_status_t err_status(int err)
-{
-    switch (err) {
-    case FI_EACCES:
-    case FI_EPERM:
-    case FI_EKEYREJECTED:
-    case FI_EFAULT:
-    case FI_EINVAL:
-    case FI_EOVERFLOW:
-    case FI_EIO:
-        return DION_ERR_REMOTE_ACCESS;
-    case FI_ECONNREFUSED:
-    case FI_ECONNRESET:
-    case FI_ECONNABORTED:
-    case FI_EHOSTUNREACH:
-    case FI_ENETUNREACH:
-    case FI_ENOTCONN:
-    case FI_ETIMEDOUT:
-    case FI_EHOSTDOWN:
-    case FI_ENETDOWN:
-    case EPIPE:
-        return DION_ERR_PEER_FAILED;
-    default:
-        return DION_ERR_NETWORK;
-    }
-}
-
-static const char *err_hint(dion_status_t s, int err)
-{
-    if (s == DION_ERR_REMOTE_ACCESS)
-        return "the target refused the access: check the remote key and that offset+size lie inside the "
-               "peer's window";
-    if (s == DION_ERR_PEER_FAILED) return "the peer is unreachable or its process ended";
-    if (err == FI_ECANCELED)
-        return "the provider dropped the connection or the operation (tcp does so after the target refused "
-               "an "
-               "access: check the remote key and bounds)";
-    return "see the provider's message";
-}
-
-static void uncount(dion__engine_t *e, op_t *o)
-{
-    peer_t *p = &e->peers[o->peer];
-    p->inflight--;
-    if (o->cls & CLS_WRITE) p->writes--;
-    if (o->cls & CLS_READ) p->reads--;
-    e->inflight_total--;
-}
-
-/* Operations the provider never completed (libfabric 1.17's shm drops the answer to a refused access) are
- * reported as timed out, so that nothing waits forever; their slots stay taken until a late completion. */
-static void expire(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
-{
-    uint64_t now = dion__now_ns();
-    if (!e->op_timeout_ns || now < e->next_scan_ns || !e->inflight_total) return;
-    e->next_scan_ns = now + 100000000ull; /* every 100 ms at most */
-    for (uint32_t k = 0; k < e->nops && *n < max; k++) {
-        op_t *o = &e->ops[k];
-        if (o->state != OP_INFLIGHT || now - o->posted_ns < e->op_timeout_ns) continue;
-        dion__engine_cqe_t *c = &out[(*n)++];
-        c->cookie = o->cookie;
-        c->value = 0;
-        c->peer = o->peer;
-        c->status = DION_ERR_TIMEOUT;
-        snprintf(c->why, sizeof c->why,
-                 "%s of %zu bytes to rank %d at offset %llu got no completion within %.1f s "
-                 "(DION_OFI_OP_TIMEOUT): the peer may be gone or the provider dropped an error",
-                 op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, (double)e->op_timeout_ns / 1e9);
-        uncount(e, o);
-        o->state = OP_ABANDONED;
-    }
-}
-
-static void retire(dion__engine_t *e, op_t *o)
-{
-    if (o->state == OP_ABANDONED) {
-        op_free(e, o);
-        return;
-    }
-    uncount(e, o);
-    op_free(e, o);
-}
-
-static int ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
-{
-    if (e->broken) {
-        dion__error_set(DION_ERR_NETWORK, "ofi: the completion queue failed earlier");
-        return -1;
-    }
-    int n = 0;
-    while (n < max) {
-        struct fi_cq_entry ent[16];
-        int want = max - n < 16 ? max - n : 16;
-        ssize_t got = fi_cq_read(e->cq, ent, (size_t)want);
-        if (got == -FI_EAGAIN) break;
-        if (got == -FI_EAVAIL) {
-            struct fi_cq_err_entry err;
-            memset(&err, 0, sizeof err);
-            if (fi_cq_readerr(e->cq, &err, 0) != 1) break;
-            op_t *o = err.op_context;
-            if (!o) { /* shm reports here, at the target, an access it refused */
-                DION_LOG(DION_LOG_WARN, "ofi: an operation of a peer on this rank was refused: %s",
-                         e->fi->strerror(err.err));
-                continue;
-            }
-            if (o->state == OP_ABANDONED) {
-                retire(e, o);
-                continue;
-            }
-            dion__engine_cqe_t *c = &out[n++];
-            char pmsg[128] = "";
-            const char *ps = fi_cq_strerror(e->cq, err.prov_errno, err.err_data, pmsg, sizeof pmsg);
-            c->cookie = o->cookie;
-            c->value = 0;
-            c->peer = o->peer;
-            c->status = err_status(err.err);
-            snprintf(c->why, sizeof c->why,
-                     "%s of %zu bytes to rank %d at offset %llu (key %#llx) failed: %s%s%s; %s", op_name(o),
-                     o->bytes, o->peer, (unsigned long long)o->roff, (unsigned long long)o->rkey,
-                     e->fi->strerror(err.err), ps && *ps ? " / " : "", ps ? ps : "",
-                     err_hint(c->status, err.err));
-            retire(e, o);
-            continue;
-        }
-        if (got < 0) {
-            e->broken = 1;
-            dion__error_set(DION_ERR_NETWORK, "ofi: fi_cq_read failed: %s (%zd)", e->fi->strerror((int)-got),
-                            got);
-            return -1;
-        }
-        for (ssize_t k = 0; k < got; k++) {
-            op_t *o = ent[k].op_context;
-            if (o->state == OP_ABANDONED) {
-                retire(e, o);
-                continue;
-            }
-            dion__engine_cqe_t *c = &out[n++];
-            c->cookie = o->cookie;
-            c->value = o->result;
-            c->peer = o->peer;
-            c->status = DION_SUCCESS;
-            c->why[0] = 0;
-            retire(e, o);
-        }
-        if (got < want) break;
-    }
-    expire(e, out, max, &n);
-    if (e->queued_peers) drain(e, out, max, &n);
-    return n;
-}
-
-static uint32_t ofi_pending(dion__engine_t *e, int peer)
-{
-    if (!e->peers) return 0;
-    if (peer >= 0 && peer < e->nranks) return e->peers[peer].inflight + e->peers[peer].queued;
-    uint32_t used = 0;
-    for (int r = 0; r < e->nranks; r++) used += e->peers[r].inflight + e->peers[r].queued;
-    return used;
-}
-
 const dion__engine_ops_t dion__engine_ofi = {
     .version = DION__ENGINE_VERSION,
     .name = "ofi",
@@ -973,11 +456,11 @@ const dion__engine_ops_t dion__engine_ofi = {
     .connect = ofi_connect,
     .mem_reg = ofi_mem_reg,
     .mem_dereg = ofi_mem_dereg,
-    .put = ofi_put,
-    .get = ofi_get,
-    .atomic = ofi_atomic,
-    .poll = ofi_poll,
-    .pending = ofi_pending,
+    .put = dion__ofi_put,
+    .get = dion__ofi_get,
+    .atomic = dion__ofi_atomic,
+    .poll = dion__ofi_poll,
+    .pending = dion__ofi_pending,
     .close = ofi_close,
 };
 

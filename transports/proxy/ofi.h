@@ -1,0 +1,103 @@
+/* Private to the ofi engine (engine_ofi.c: setup and registration; ofi_ops.c: posting and completions). */
+#ifndef DION_OFI_H
+#define DION_OFI_H
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "engine.h"
+#include "ofi_sym.h"
+#include "src/internal.h"
+
+#define OFI_NONE UINT32_MAX
+
+enum { ORDER_MSG, ORDER_FENCE, ORDER_WAIT };
+
+/* ABANDONED: reported as timed out; the slot waits for the provider's late completion, if any. */
+enum { OP_FREE, OP_QUEUED, OP_INFLIGHT, OP_ABANDONED };
+enum { OP_PUT, OP_GET, OP_AMO };
+enum { CLS_WRITE = 1, CLS_READ = 2 };
+
+typedef struct {
+    struct fi_context2 ctx; /* first: completions give back its address */
+    uint64_t operand, compare, result;
+    uint64_t cookie;
+    void *local;
+    void *desc;
+    uint64_t raddr, rkey, roff;
+    uint64_t posted_ns;
+    size_t bytes;
+    int peer;
+    uint32_t next; /* free list or the peer's queue */
+    uint8_t state, kind, amo, cls, ordered;
+} op_t;
+
+typedef struct {
+    fi_addr_t addr;
+    uint32_t inflight, writes,
+        reads;                     /* posted, not completed; writes/reads by class (fetching atomics: both) */
+    uint32_t qhead, qtail, queued; /* operations held back, in order */
+} peer_t;
+
+struct dion__engine_mr {
+    struct fid_mr *mr;
+    void *desc;
+    char *base;
+    size_t len;
+    int mem;
+};
+
+struct dion__engine {
+    const dion__fi_t *fi;
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    uint32_t api;
+    int rank, nranks, cuda_device;
+    int order;
+    int cuda_mem;
+    int delivery;      /* FI_DELIVERY_COMPLETE granted */
+    int fetch_updates; /* post add and set as fetching atomics, for their completion semantics (shm) */
+    int delivered;     /* every completion means the target's memory holds the result */
+    uint64_t op_timeout_ns, next_scan_ns;
+    uint64_t
+        busy_posts; /* posts the provider refused for lack of resources (-FI_EAGAIN), retried from poll */
+    int broken;
+    uint64_t mr_mode;
+    uint64_t msg_order;
+    uint64_t next_key;
+    int live_mrs;
+    peer_t *peers; /* [nranks] once connected */
+    int queued_peers;
+    op_t *ops;
+    uint32_t nops, free_head, inflight_total;
+    struct dion__engine_mr ops_mr;
+};
+
+static inline const char *dion__ofi_prov_name(const struct fi_info *i)
+{
+    return i && i->fabric_attr && i->fabric_attr->prov_name ? i->fabric_attr->prov_name : "?";
+}
+
+/* ofi_ops.c: the engine slots that post and complete operations (see engine.h for their contracts). */
+dion_status_t dion__ofi_put(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, const void *src,
+                            const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes, uint32_t flags,
+                            uint64_t cookie);
+dion_status_t dion__ofi_get(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, void *dst,
+                            const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes, uint32_t flags,
+                            uint64_t cookie);
+dion_status_t dion__ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t op,
+                               const dion__engine_rkey_t *rk, uint64_t roff, uint64_t operand,
+                               uint64_t compare, uint32_t flags, uint64_t cookie);
+int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max);
+uint32_t dion__ofi_pending(dion__engine_t *e, int peer);
+
+#endif

@@ -1,0 +1,457 @@
+/* The ofi engine's posting and completion paths: operation slots, ordering (held per-peer queues, FI_FENCE),
+ * submission to libfabric, completions and error sentences, operations that never complete. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ofi.h"
+
+/* ---- posting ---- */
+
+static const char *const kind_names[] = {"put", "get", "atomic"};
+static const char *const amo_names[] = {"atomic add", "atomic set", "fetch-add", "compare-swap"};
+
+static const char *op_name(const op_t *o)
+{
+    return o->kind == OP_AMO ? amo_names[o->amo] : kind_names[o->kind];
+}
+
+static op_t *op_alloc(dion__engine_t *e)
+{
+    if (e->free_head == OFI_NONE) return NULL;
+    op_t *o = &e->ops[e->free_head];
+    e->free_head = o->next;
+    memset(&o->ctx, 0, sizeof o->ctx);
+    o->next = OFI_NONE;
+    return o;
+}
+
+static void op_free(dion__engine_t *e, op_t *o)
+{
+    o->state = OP_FREE;
+    o->next = e->free_head;
+    e->free_head = (uint32_t)(o - e->ops);
+}
+
+/* Whether an ordered operation may go to the provider now, given what is in flight to its peer. */
+static int may_post(const dion__engine_t *e, const peer_t *p, const op_t *o)
+{
+    if (!o->ordered || !p->inflight || e->order == ORDER_FENCE) return 1;
+    if (e->order == ORDER_WAIT) return 0;
+    uint64_t need = 0;
+    if (o->cls & CLS_WRITE) need |= (p->writes ? FI_ORDER_WAW : 0) | (p->reads ? FI_ORDER_WAR : 0);
+    if (o->cls & CLS_READ) need |= (p->writes ? FI_ORDER_RAW : 0) | (p->reads ? FI_ORDER_RAR : 0);
+    return (e->msg_order & need) == need;
+}
+
+/* Hands one operation to libfabric: 0, -FI_EAGAIN (try again after progress) or another error. */
+static ssize_t submit(dion__engine_t *e, op_t *o)
+{
+    peer_t *p = &e->peers[o->peer];
+    uint64_t flags = FI_COMPLETION;
+    if (o->ordered && e->order == ORDER_FENCE && p->inflight) flags |= FI_FENCE;
+    ssize_t rc;
+    if (o->kind != OP_AMO) {
+        struct iovec iov = {.iov_base = o->local, .iov_len = o->bytes};
+        struct fi_rma_iov riov = {.addr = o->raddr, .len = o->bytes, .key = o->rkey};
+        struct fi_msg_rma m = {.msg_iov = &iov,
+                               .desc = &o->desc,
+                               .iov_count = 1,
+                               .addr = p->addr,
+                               .rma_iov = &riov,
+                               .rma_iov_count = 1,
+                               .context = &o->ctx};
+        if (o->kind == OP_PUT)
+            rc = fi_writemsg(e->ep, &m, flags | (e->delivery ? FI_DELIVERY_COMPLETE : 0));
+        else
+            rc = fi_readmsg(e->ep, &m, flags);
+    } else {
+        void *desc = e->ops_mr.desc;
+        struct fi_ioc src = {.addr = &o->operand, .count = 1};
+        struct fi_ioc res = {.addr = &o->result, .count = 1};
+        struct fi_ioc cmp = {.addr = &o->compare, .count = 1};
+        struct fi_rma_ioc rioc = {.addr = o->raddr, .count = 1, .key = o->rkey};
+        struct fi_msg_atomic m = {.msg_iov = &src,
+                                  .desc = &desc,
+                                  .iov_count = 1,
+                                  .addr = p->addr,
+                                  .rma_iov = &rioc,
+                                  .rma_iov_count = 1,
+                                  .datatype = FI_UINT64,
+                                  .context = &o->ctx};
+        switch (o->amo) {
+        case DION__ENGINE_AMO_ADD:
+        case DION__ENGINE_AMO_SET:
+            m.op = o->amo == DION__ENGINE_AMO_ADD ? FI_SUM : FI_ATOMIC_WRITE;
+            if (e->fetch_updates) /* fetching atomics complete only once applied at the target */
+                rc = fi_fetch_atomicmsg(e->ep, &m, &res, &desc, 1, flags);
+            else
+                rc = fi_atomicmsg(e->ep, &m, flags | (e->delivery ? FI_DELIVERY_COMPLETE : 0));
+            break;
+        case DION__ENGINE_AMO_FETCH_ADD:
+            m.op = FI_SUM;
+            rc = fi_fetch_atomicmsg(e->ep, &m, &res, &desc, 1, flags);
+            break;
+        default:
+            m.op = FI_CSWAP;
+            rc = fi_compare_atomicmsg(e->ep, &m, &cmp, &desc, 1, &res, &desc, 1, flags);
+            break;
+        }
+    }
+    if (rc == 0) {
+        o->state = OP_INFLIGHT;
+        o->posted_ns = dion__now_ns();
+        p->inflight++;
+        if (o->cls & CLS_WRITE) p->writes++;
+        if (o->cls & CLS_READ) p->reads++;
+        e->inflight_total++;
+    }
+    return rc;
+}
+
+static void enqueue(dion__engine_t *e, op_t *o)
+{
+    peer_t *p = &e->peers[o->peer];
+    o->state = OP_QUEUED;
+    o->next = OFI_NONE;
+    uint32_t idx = (uint32_t)(o - e->ops);
+    if (p->qtail == OFI_NONE) {
+        p->qhead = idx;
+        e->queued_peers++;
+    } else {
+        e->ops[p->qtail].next = idx;
+    }
+    p->qtail = idx;
+    p->queued++;
+}
+
+static dion_status_t post(dion__engine_t *e, op_t *o)
+{
+    peer_t *p = &e->peers[o->peer];
+    if (p->qhead == OFI_NONE && may_post(e, p, o)) {
+        ssize_t rc = submit(e, o);
+        if (rc == 0) return DION_SUCCESS;
+        if (rc != -FI_EAGAIN) {
+            dion_status_t s = dion__error_set(DION_ERR_NETWORK,
+                                              "ofi: posting a %s of %zu bytes to rank %d failed: "
+                                              "%s (%zd)",
+                                              op_name(o), o->bytes, o->peer, e->fi->strerror((int)-rc), rc);
+            op_free(e, o);
+            return s;
+        }
+    }
+    if (p->qhead == OFI_NONE && !(o->ordered && !may_post(e, p, o))) e->busy_posts++;
+    enqueue(e, o); /* held for order, or the provider is out of resources: posted from poll */
+    return DION_SUCCESS;
+}
+
+/* Posts held operations whose turn has come. Returns -1 when the provider refused one for good. */
+static int drain(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
+{
+    for (int r = 0; r < e->nranks && e->queued_peers; r++) {
+        peer_t *p = &e->peers[r];
+        while (p->qhead != OFI_NONE) {
+            op_t *o = &e->ops[p->qhead];
+            if (!may_post(e, p, o)) break;
+            ssize_t rc = submit(e, o);
+            if (rc == -FI_EAGAIN) {
+                e->busy_posts++;
+                break;
+            }
+            if (rc != 0 && *n >= max) break; /* report it next time */
+            p->qhead = o->next;
+            p->queued--;
+            if (p->qhead == OFI_NONE) {
+                p->qtail = OFI_NONE;
+                e->queued_peers--;
+            }
+            if (rc != 0) {
+                dion__engine_cqe_t *c = &out[(*n)++];
+                c->cookie = o->cookie;
+                c->value = 0;
+                c->peer = o->peer;
+                c->status = DION_ERR_NETWORK;
+                snprintf(c->why, sizeof c->why, "ofi: posting a held %s of %zu bytes to rank %d failed: %s",
+                         op_name(o), o->bytes, o->peer, e->fi->strerror((int)-rc));
+                op_free(e, o);
+            }
+        }
+    }
+    return 0;
+}
+
+static op_t *prepare(dion__engine_t *e, int peer, const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes,
+                     const char *what, dion_status_t *s)
+{
+    *s = DION_SUCCESS;
+    if (e->broken) {
+        *s = dion__error_set(DION_ERR_NETWORK, "ofi: the engine failed earlier; %s refused", what);
+        return NULL;
+    }
+    if (!e->peers) {
+        *s = dion__error_set(DION_ERR_INVALID_ARG, "ofi %s: connect has not been called", what);
+        return NULL;
+    }
+    if (peer < 0 || peer >= e->nranks) {
+        *s =
+            dion__error_set(DION_ERR_INVALID_ARG, "ofi %s: peer %d is not in [0, %d)", what, peer, e->nranks);
+        return NULL;
+    }
+    if (!rk || rk->engine_version != DION__ENGINE_VERSION) {
+        *s = dion__error_set(DION_ERR_INVALID_ARG, "ofi %s to rank %d: missing or foreign remote key", what,
+                             peer);
+        return NULL;
+    }
+    if (roff > rk->len || bytes > rk->len - roff) {
+        *s = dion__error_set(DION_ERR_INVALID_ARG,
+                             "ofi %s to rank %d: bytes [%llu, %llu) lie outside the %llu-byte remote region",
+                             what, peer, (unsigned long long)roff, (unsigned long long)(roff + bytes),
+                             (unsigned long long)rk->len);
+        return NULL;
+    }
+    if (bytes > e->info->ep_attr->max_msg_size) {
+        *s = dion__error_set(DION_ERR_INVALID_ARG,
+                             "ofi %s of %zu bytes exceeds the provider's limit of %zu bytes", what, bytes,
+                             e->info->ep_attr->max_msg_size);
+        return NULL;
+    }
+    op_t *o = op_alloc(e);
+    if (!o) {
+        *s = DION__ENGINE_BUSY;
+        return NULL;
+    }
+    o->peer = peer;
+    o->raddr = rk->addr + roff;
+    o->rkey = rk->key;
+    o->roff = roff;
+    o->bytes = bytes;
+    return o;
+}
+
+static dion_status_t rma(dion__engine_t *e, int kind, int peer, dion__engine_mr_t *lmr, void *local,
+                         const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes, uint32_t flags,
+                         uint64_t cookie)
+{
+    const char *what = kind == OP_PUT ? "put" : "get";
+    if (bytes && (!local || (lmr && ((char *)local < lmr->base || bytes > lmr->len ||
+                                     (size_t)((char *)local - lmr->base) > lmr->len - bytes))))
+        return dion__error_set(DION_ERR_INVALID_ARG,
+                               "ofi %s: the local buffer %p (+%zu) is not inside its "
+                               "registration",
+                               what, local, bytes);
+    if (bytes && !lmr && (e->mr_mode & FI_MR_LOCAL))
+        return dion__error_set(DION_ERR_INVALID_ARG, "ofi %s: provider %s needs a registered local buffer",
+                               what, dion__ofi_prov_name(e->info));
+    dion_status_t s;
+    op_t *o = prepare(e, peer, rk, roff, bytes, what, &s);
+    if (!o) return s;
+    o->kind = (uint8_t)kind;
+    o->cls = kind == OP_PUT ? CLS_WRITE : CLS_READ;
+    o->ordered = (flags & DION__ENGINE_F_ORDERED) != 0;
+    o->local = local;
+    o->desc = lmr ? lmr->desc : NULL;
+    o->cookie = cookie;
+    return post(e, o);
+}
+
+dion_status_t dion__ofi_put(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, const void *src,
+                            const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes, uint32_t flags,
+                            uint64_t cookie)
+{
+    return rma(e, OP_PUT, peer, lmr, (void *)src, rk, roff, bytes, flags, cookie);
+}
+
+dion_status_t dion__ofi_get(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, void *dst,
+                            const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes, uint32_t flags,
+                            uint64_t cookie)
+{
+    return rma(e, OP_GET, peer, lmr, dst, rk, roff, bytes, flags, cookie);
+}
+
+dion_status_t dion__ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t op,
+                               const dion__engine_rkey_t *rk, uint64_t roff, uint64_t operand,
+                               uint64_t compare, uint32_t flags, uint64_t cookie)
+{
+    if ((unsigned)op >= DION__ENGINE_AMO_COUNT)
+        return dion__error_set(DION_ERR_INVALID_ARG, "ofi atomic: unknown operation %d", (int)op);
+    if (roff % 8)
+        return dion__error_set(DION_ERR_INVALID_ARG, "ofi %s to rank %d: offset %llu is not 8-byte aligned",
+                               amo_names[op], peer, (unsigned long long)roff);
+    dion_status_t s;
+    op_t *o = prepare(e, peer, rk, roff, 8, amo_names[op], &s);
+    if (!o) return s;
+    o->kind = OP_AMO;
+    o->amo = (uint8_t)op;
+    o->cls = op == DION__ENGINE_AMO_ADD || op == DION__ENGINE_AMO_SET ? CLS_WRITE : CLS_WRITE | CLS_READ;
+    o->ordered = (flags & DION__ENGINE_F_ORDERED) != 0;
+    o->operand = operand;
+    o->compare = compare;
+    o->result = 0;
+    o->cookie = cookie;
+    return post(e, o);
+}
+
+/* ---- completions ---- */
+
+static dion_status_t err_status(int err)
+{
+    switch (err) {
+    case FI_EACCES:
+    case FI_EPERM:
+    case FI_EKEYREJECTED:
+    case FI_EFAULT:
+    case FI_EINVAL:
+    case FI_EOVERFLOW:
+    case FI_EIO:
+        return DION_ERR_REMOTE_ACCESS;
+    case FI_ECONNREFUSED:
+    case FI_ECONNRESET:
+    case FI_ECONNABORTED:
+    case FI_EHOSTUNREACH:
+    case FI_ENETUNREACH:
+    case FI_ENOTCONN:
+    case FI_ETIMEDOUT:
+    case FI_EHOSTDOWN:
+    case FI_ENETDOWN:
+    case EPIPE:
+        return DION_ERR_PEER_FAILED;
+    default:
+        return DION_ERR_NETWORK;
+    }
+}
+
+static const char *err_hint(dion_status_t s, int err)
+{
+    if (s == DION_ERR_REMOTE_ACCESS)
+        return "the target refused the access: check the remote key, and offset+size against the peer's "
+               "window";
+    if (s == DION_ERR_PEER_FAILED) return "the peer is unreachable or its process ended";
+    if (err == FI_ECANCELED)
+        return "the provider dropped the connection or the operation (tcp does so after the target refused "
+               "an "
+               "access: check the remote key and bounds)";
+    return "see the provider's message";
+}
+
+static void uncount(dion__engine_t *e, op_t *o)
+{
+    peer_t *p = &e->peers[o->peer];
+    p->inflight--;
+    if (o->cls & CLS_WRITE) p->writes--;
+    if (o->cls & CLS_READ) p->reads--;
+    e->inflight_total--;
+}
+
+/* Operations the provider never completed (libfabric 1.17's shm drops the answer to a refused access) are
+ * reported as timed out, so that nothing waits forever; their slots stay taken until a late completion. */
+static void expire(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
+{
+    uint64_t now = dion__now_ns();
+    if (!e->op_timeout_ns || now < e->next_scan_ns || !e->inflight_total) return;
+    e->next_scan_ns = now + 100000000ull; /* every 100 ms at most */
+    for (uint32_t k = 0; k < e->nops && *n < max; k++) {
+        op_t *o = &e->ops[k];
+        if (o->state != OP_INFLIGHT || now - o->posted_ns < e->op_timeout_ns) continue;
+        dion__engine_cqe_t *c = &out[(*n)++];
+        c->cookie = o->cookie;
+        c->value = 0;
+        c->peer = o->peer;
+        c->status = DION_ERR_TIMEOUT;
+        snprintf(c->why, sizeof c->why,
+                 "%s of %zu bytes to rank %d at offset %llu got no completion within %.1f s "
+                 "(DION_OFI_OP_TIMEOUT): the peer may be gone or the provider dropped an error",
+                 op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, (double)e->op_timeout_ns / 1e9);
+        uncount(e, o);
+        o->state = OP_ABANDONED;
+    }
+}
+
+static void retire(dion__engine_t *e, op_t *o)
+{
+    if (o->state == OP_ABANDONED) {
+        op_free(e, o);
+        return;
+    }
+    uncount(e, o);
+    op_free(e, o);
+}
+
+int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
+{
+    if (e->broken) {
+        dion__error_set(DION_ERR_NETWORK, "ofi: the completion queue failed earlier");
+        return -1;
+    }
+    int n = 0;
+    while (n < max) {
+        struct fi_cq_entry ent[16];
+        int want = max - n < 16 ? max - n : 16;
+        ssize_t got = fi_cq_read(e->cq, ent, (size_t)want);
+        if (got == -FI_EAGAIN) break;
+        if (got == -FI_EAVAIL) {
+            struct fi_cq_err_entry err;
+            memset(&err, 0, sizeof err);
+            if (fi_cq_readerr(e->cq, &err, 0) != 1) break;
+            op_t *o = err.op_context;
+            if (!o) { /* shm reports here, at the target, an access it refused */
+                DION_LOG(DION_LOG_WARN, "ofi: an operation of a peer on this rank was refused: %s",
+                         e->fi->strerror(err.err));
+                continue;
+            }
+            if (o->state == OP_ABANDONED) {
+                retire(e, o);
+                continue;
+            }
+            dion__engine_cqe_t *c = &out[n++];
+            char pmsg[128] = "";
+            const char *ps = fi_cq_strerror(e->cq, err.prov_errno, err.err_data, pmsg, sizeof pmsg);
+            c->cookie = o->cookie;
+            c->value = 0;
+            c->peer = o->peer;
+            c->status = err_status(err.err);
+            snprintf(c->why, sizeof c->why,
+                     "%s of %zu bytes to rank %d at offset %llu (key %#llx) failed: %s%s%s; %s", op_name(o),
+                     o->bytes, o->peer, (unsigned long long)o->roff, (unsigned long long)o->rkey,
+                     e->fi->strerror(err.err), ps && *ps ? " / " : "", ps ? ps : "",
+                     err_hint(c->status, err.err));
+            retire(e, o);
+            continue;
+        }
+        if (got < 0) {
+            e->broken = 1;
+            dion__error_set(DION_ERR_NETWORK, "ofi: fi_cq_read failed: %s (%zd)", e->fi->strerror((int)-got),
+                            got);
+            return -1;
+        }
+        for (ssize_t k = 0; k < got; k++) {
+            op_t *o = ent[k].op_context;
+            if (o->state == OP_ABANDONED) {
+                retire(e, o);
+                continue;
+            }
+            dion__engine_cqe_t *c = &out[n++];
+            c->cookie = o->cookie;
+            c->value = o->kind == OP_AMO &&
+                               (o->amo == DION__ENGINE_AMO_FETCH_ADD || o->amo == DION__ENGINE_AMO_CSWAP)
+                           ? o->result
+                           : 0;
+            c->peer = o->peer;
+            c->status = DION_SUCCESS;
+            c->why[0] = 0;
+            retire(e, o);
+        }
+        if (got < want) break;
+    }
+    expire(e, out, max, &n);
+    if (e->queued_peers) drain(e, out, max, &n);
+    return n;
+}
+
+uint32_t dion__ofi_pending(dion__engine_t *e, int peer)
+{
+    if (!e->peers) return 0;
+    if (peer >= 0 && peer < e->nranks) return e->peers[peer].inflight + e->peers[peer].queued;
+    uint32_t used = 0;
+    for (int r = 0; r < e->nranks; r++) used += e->peers[r].inflight + e->peers[r].queued;
+    return used;
+}

@@ -1,0 +1,30 @@
+/* Staging of local GPU memory through pinned host bounce buffers, for engines that cannot register GPU memory
+ * (dion__engine_caps_t.cuda_mem == 0). A put from a GPU window copies the bytes into a slot and puts from the
+ * slot; a get into a GPU window gets into a slot and copies out once it completed. Each staged operation pays
+ * a device-host copy (PCIe) and waits for it. Only the local side can be staged this way: a peer's GPU window
+ * that its engine cannot register stays unreachable (the transport must not pick such an engine for it).
+ *
+ * Threading: like the engine, one thread at a time per pool. */
+#ifndef DION_STAGING_H
+#define DION_STAGING_H
+
+#include "engine.h"
+
+typedef struct dion__stage dion__stage_t;
+
+/* nslots buffers of slot_bytes each, pinned (cudaHostAlloc) where a GPU exists, else page-aligned host memory
+ * (CPU mode), registered with the engine. Blocks (allocation, pinning, registration). */
+dion_status_t dion__stage_create(const dion__engine_ops_t *ops, dion__engine_t *e, size_t slot_bytes,
+                                 uint32_t nslots, dion__stage_t **out);
+/* Takes a free slot: its index, its buffer and registration; -1 when all are in use (poll, release, retry).
+ * Does not block. */
+int dion__stage_acquire(dion__stage_t *s, void **buf, dion__engine_mr_t **mr);
+void dion__stage_release(dion__stage_t *s, int slot);
+size_t dion__stage_slot_bytes(const dion__stage_t *s);
+/* Copies between GPU (or, without a GPU, host) memory and a slot; blocks until the copy is done. */
+dion_status_t dion__stage_in(dion__stage_t *s, int slot, const void *src, size_t bytes);
+dion_status_t dion__stage_out(dion__stage_t *s, int slot, void *dst, size_t bytes);
+/* Releases the registration and memory; every slot must be free. */
+void dion__stage_destroy(dion__stage_t *s);
+
+#endif
