@@ -39,9 +39,10 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "Default timeout of every device wait, quiet and barrier when dion_dev_attr_t.wait_timeout_ns is 0; "
      "0 waits forever.",
      NULL},
-    {"DION_TRANSPORT", DION_CFG_ENUM, "auto", "auto|p2p",
-     "Backend for remote peers. auto: p2p where the peer's memory can be mapped. Later backends (gdaki, "
-     "proxy) add choices.",
+    {"DION_TRANSPORT", DION_CFG_ENUM, "auto", "auto|p2p|proxy",
+     "Backend for remote peers. auto: p2p where the peer's memory can be mapped, else proxy (an engine "
+     "such as libfabric driven by proxy threads; reaches other hosts). A name forces that backend for every "
+     "peer.",
      NULL},
     {"DION_CPU_MODE", DION_CFG_BOOL, "0", NULL,
      "1: dion_dev_create builds a CPU-mode handle (device calls run on CPU threads over host windows) even "

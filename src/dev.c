@@ -24,9 +24,11 @@ struct dion__devh {
     /* Records read from the ring and not yet returned by dion_dev_check: the earliest, and how many. */
     dion_err_record_t first;
     uint64_t pending, pending_dropped, dropped_seen;
-    int destroying;            /* dion_dev_destroy has begun: a second one is refused */
-    cudaStream_t stream;       /* non-blocking: host reads and abort writes never wait for user kernels */
-    struct dion__trace *trace; /* DION_TRACE (trace.c); NULL when off */
+    int destroying;             /* dion_dev_destroy has begun: a second one is refused */
+    cudaStream_t stream;        /* non-blocking: host reads and abort writes never wait for user kernels */
+    struct dion__trace *trace;  /* DION_TRACE (trace.c); NULL when off */
+    int table_pinned;           /* GPU mode, table in host memory registered with CUDA (a backend asked) */
+    void *tl_dev[DION__TL_MAX]; /* each backend's part of this handle (dion__tl_dev_init) */
 };
 
 /* Handles get a number from this counter (dion_dev_t.generation) so that a copy of a destroyed handle is
@@ -115,6 +117,18 @@ static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
                      r->ctx, dion__op_name(r->op));
     if (n < 0 || (size_t)n >= cap) return;
     out += n, cap -= (size_t)n;
+    if (r->detail == DION_ERR_DETAIL_PROXY) {
+        if (r->status == DION_ERR_TIMEOUT)
+            snprintf(out, cap,
+                     "the proxy did not take or complete a command for %s%d within the wait timeout (%.3f s; "
+                     "last count %llu): the proxy thread is stalled or the ring stays full",
+                     r->peer >= 0 ? "rank " : "the ring, peer ", r->peer, (double)r->limit / 1e9,
+                     (unsigned long long)r->observed);
+        else
+            snprintf(out, cap, "the context's proxy ring failed (%s)",
+                     dion_status_string((dion_status_t)r->status));
+        return;
+    }
     if (dion__describe_window(r, out, cap)) return;
     switch (r->status) {
     case DION_ERR_TIMEOUT:
@@ -201,7 +215,7 @@ static void dion__drain_records(struct dion__devh *h, int level)
     uint64_t *dropped_word = h->table + h->dev.num_signals + DION_CTL_ERR_DROPPED, dropped = 0;
     /* The copies and the cleared seq words come before the slots are handed back. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (h->cpu) {
+    if (h->cpu || h->table_pinned) { /* the table is host memory */
         for (int i = 0; i < n; i++) __atomic_store_n(&claim[slots[i]], 0, __ATOMIC_RELEASE);
         dropped = __atomic_load_n(dropped_word, __ATOMIC_RELAXED);
     } else {
@@ -256,7 +270,7 @@ static void dion__devh_abort(struct dion__devh *h, dion_status_t why, int failed
         uint64_t *t = h->tables[r];
         if (!t) continue;
         uint64_t *ctl = t + h->dev.num_signals;
-        if (h->cpu) {
+        if (h->cpu || (h->table_pinned && r == c->rank)) { /* host memory */
             uint64_t expected = 0;
             if (__atomic_compare_exchange_n(&ctl[DION_CTL_ABORT], &expected, words[1], 0, __ATOMIC_RELEASE,
                                             __ATOMIC_RELAXED))
@@ -293,7 +307,13 @@ void dion__dev_abort_all(dion_comm_t c, dion_status_t why, int failed_rank)
 
 static void dion__devh_free(struct dion__devh *h)
 {
+    dion__tl_dev_fini(h->comm, h->tl_dev);
     dion__tl_region_destroy(h->region);
+    if (h->table_pinned) {
+        cudaHostUnregister(h->table);
+        dion__host_free(h->table);
+        h->table = NULL;
+    }
     if (h->cpu) {
         if (h->table) dion__host_free(h->table);
         free(h->dev.peers);
@@ -442,8 +462,32 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
     if (ag == DION_SUCCESS) {
         h->table_words = (size_t)a.num_signals + DION_CTL_WORDS + a.num_contexts;
         size_t bytes = (h->table_words * 8 + 4095) / 4096 * 4096;
-        if (cpu) {
+        /* A backend that writes signals from the host (the proxy's engine) without registering GPU memory
+         * needs the table in host memory; mapped into the GPU, the device API uses it as it is. */
+        st = dion__tl_select(c);
+        if (st == DION_SUCCESS && !cpu) h->table_pinned = dion__tl_signals_on_host(c);
+        if (st != DION_SUCCESS) {
+        } else if (cpu) {
             st = dion__host_alloc(bytes, (void **)&h->table); /* fresh memfd pages are zero */
+        } else if (h->table_pinned) {
+            if (c->cuda_device >= 0) cudaSetDevice(c->cuda_device);
+            st = dion__host_alloc(bytes, (void **)&h->table);
+            if (st != DION_SUCCESS) h->table_pinned = 0;
+            if (st == DION_SUCCESS)
+                st = dion__cuda_check(
+                    cudaHostRegister(h->table, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable),
+                    "cudaHostRegister for the signal table");
+            void *devp = NULL;
+            if (st == DION_SUCCESS)
+                st = dion__cuda_check(cudaHostGetDevicePointer(&devp, h->table, 0),
+                                      "cudaHostGetDevicePointer");
+            if (st == DION_SUCCESS && devp != (void *)h->table)
+                st = dion__error(DION_ERR_UNSUPPORTED,
+                                 "the GPU sees the host signal table at another address; the proxy backend "
+                                 "needs unified addressing for host-resident signal tables");
+            if (st == DION_SUCCESS)
+                st = dion__cuda_check(cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking),
+                                      "cudaStreamCreate");
         } else {
             if (c->cuda_device >= 0) cudaSetDevice(c->cuda_device);
             st = dion__dev_alloc(h, bytes, 1, (void **)&h->table);
@@ -470,6 +514,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
                 st = dion__error(DION_ERR_UNSUPPORTED, "rank %d cannot map rank %d's signal table (host %s)",
                                  c->rank, r, c->info[r].host);
             if (peers[r].scope == DION_SCOPE_SYS) flags |= DION_DEVF_SYS;
+            if (peers[r].transport == DION_TRANSPORT_PROXY) flags |= DION_DEVF_PROXY | DION_DEVF_SYS;
             if (r < DION_DEV_INLINE_PEERS) h->peers_copy[r] = peers[r];
         }
         if (cpu || c->host_windows) flags |= DION_DEVF_SYS;
@@ -509,6 +554,16 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
         if (st == DION_SUCCESS && (flags & DION_DEVF_STATS))
             st = dion__dev_alloc(h, sizeof(dion_ctx_stats_t) * a.num_contexts, 1, (void **)&h->dev.stats);
         if (st == DION_SUCCESS) st = dion__trace_create(c, cpu, a.num_contexts, &h->trace);
+        /* the backends' parts (the proxy's rings and threads) see the handle as kernels will */
+        if (st == DION_SUCCESS) {
+            h->dev.rank = c->rank;
+            h->dev.nranks = n;
+            h->dev.num_signals = a.num_signals;
+            h->dev.num_contexts = a.num_contexts;
+            h->dev.signals = h->table;
+            h->dev.flags = flags;
+            st = dion__tl_dev_init(c, h->region, &h->dev, cpu, h->tl_dev);
+        }
         ag = dion__comm_agree(c, st, "creating the device handle");
     }
     /* Nobody signals a table before its owner has finished. */
@@ -643,7 +698,7 @@ dion_status_t dion_dev_check(dion_comm_t c, const dion_dev_t *dev)
     /* The abort words: why the comm was aborted, and by or because of which rank. */
     uint64_t ctl[2] = {0, 0};
     uint64_t *words = h->table + h->dev.num_signals + DION_CTL_ABORT;
-    if (h->cpu) {
+    if (h->cpu || h->table_pinned) {
         ctl[0] = __atomic_load_n(&words[DION_CTL_ABORT], __ATOMIC_ACQUIRE);
         ctl[1] = __atomic_load_n(&words[DION_CTL_ABORT_RANK], __ATOMIC_RELAXED);
     } else if (cudaMemcpyAsync(ctl, words, sizeof ctl, cudaMemcpyDeviceToHost, h->stream) != cudaSuccess ||
@@ -673,8 +728,19 @@ dion_status_t dion_dev_check(dion_comm_t c, const dion_dev_t *dev)
                  (int)ctl[1], dion_status_string((dion_status_t)ctl[0]));
     if (count == 0 && ctl[0]) return dion__error((dion_status_t)ctl[0], "%s%s", abort_text, drops);
     if (count == 0) return dion__error(DION_ERR_INTERNAL, "no device error record was left to read%s", drops);
-    char text[640], more[64] = "";
+    char text[1024], more[64] = "";
     dion__describe(&first, text, sizeof text);
+    if (first.detail == DION_ERR_DETAIL_PROXY) { /* the backend's own sentence names the peer and the cause */
+        size_t len = strlen(text);
+        pthread_mutex_lock(&c->devs_lock);
+        struct dion__devh *h2 = dion__devh_of(c, dev, "dion_dev_check");
+        if (h2 && len + 3 < sizeof text) {
+            memcpy(text + len, ": ", 3);
+            if (!dion__tl_dev_why(c, h2->tl_dev, first.ctx, text + len + 2, sizeof text - len - 2))
+                text[len] = 0;
+        }
+        pthread_mutex_unlock(&c->devs_lock);
+    }
     if (count > 1)
         snprintf(more, sizeof more, " (and %llu more device errors)", (unsigned long long)(count - 1));
     return dion__error((dion_status_t)first.status, "%s%s%s%s%s", text, more, drops, ctl[0] ? "; " : "",

@@ -343,6 +343,7 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
         if (align16) tab->flags |= DION_WIN_ALIGN16;
         tab->nranks = n;
         tab->id = w->id = c->next_win_id;
+        dion__tl_region_name(w->region, w->id);
         st = dion__win_publish(w, tab, any_host);
         w->flags = tab->flags;
         for (int r = 0; r < n && r < DION_DEV_INLINE_PEERS; r++) w->bases[r] = tab->peer[r].base;

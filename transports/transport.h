@@ -53,7 +53,34 @@ typedef struct dion__tl_ops {
     void (*mem_unexport)(void *exp); /* undoes mem_export; safe on a zeroed exp */
     /* Whether the memory desc describes is host memory (its users then order at system scope). */
     int (*desc_on_host)(const void *desc);
+
+    /* The slots below may be NULL. */
+    /* Collective over the ranks of the comm, run by every rank once the comm's choice shows that some rank
+     * uses the backend (e.g. open an engine and exchange addresses through the bootstrap); *state is the
+     * backend's per-comm state. comm_fini undoes it at comm destroy. */
+    dion_status_t (*comm_init)(dion_comm_t comm, void **state);
+    void (*comm_fini)(dion_comm_t comm, void *state);
+    /* A region this rank exported through the backend was created: exp is this rank's export state (the
+     * backend may take what it keeps from it; mem_unexport follows), imps[p] the import state of every peer
+     * it serves (NULL for the others). *out is kept with the region until region_forget. */
+    dion_status_t (*region_done)(dion_comm_t comm, void *state, void *exp, void *const *imps, void **out);
+    /* The region is known by id (window id) from now on. */
+    void (*region_named)(void *state, void *region, uint32_t id);
+    void (*region_forget)(void *state, void *region);
+    /* Device handles: dev_init fills the backend's part of the handle (dev->proxy_rings...) and starts what
+     * serves it; signals is the handle's signal-table region (its region_done object, or NULL). dev_fini
+     * undoes it before the handle's memory is freed. */
+    dion_status_t (*dev_init)(dion_comm_t comm, void *state, void *signals, dion_dev_t *dev, int cpu,
+                              void **dev_state);
+    void (*dev_fini)(dion_comm_t comm, void *state, void *dev_state);
+    /* Why the handle's part for context ctx failed (a sentence naming the peer); 0 when it did not. */
+    int (*dev_why)(void *dev_state, uint32_t ctx, char *out, size_t cap);
+    /* Whether the signal table must be pinned host memory mapped into the GPU (the engine writes it and
+     * cannot register GPU memory), for a GPU-mode handle. */
+    int (*signals_on_host)(dion_comm_t comm, void *state);
 } dion__tl_ops_t;
+
+struct dion__tl_region;
 
 /* ---- per-comm backend table (transports.c) ---- */
 
@@ -66,6 +93,19 @@ dion_status_t dion__tl_select(dion_comm_t comm);
 const dion__tl_ops_t *dion__tl_of(dion_comm_t comm, int peer);
 /* Releases what dion__tl_select built. */
 void dion__tl_fini(dion_comm_t comm);
+/* Whether this rank uses backend o with some peer (or some rank does: used_by_any), and its per-comm state.
+ */
+int dion__tl_uses(dion_comm_t comm, const dion__tl_ops_t *o, int used_by_any);
+void *dion__tl_state(dion_comm_t comm, const dion__tl_ops_t *o);
+/* Whether a GPU-mode signal table must be pinned host memory mapped into the GPU (some backend says so). */
+int dion__tl_signals_on_host(dion_comm_t comm);
+/* Device handles: every backend this rank uses fills its part of dev (dev_init), in order; fini undoes. */
+dion_status_t dion__tl_dev_init(dion_comm_t comm, const struct dion__tl_region *signals, dion_dev_t *dev,
+                                int cpu, void **states);
+void dion__tl_dev_fini(dion_comm_t comm, void **states);
+/* The first backend's sentence for a failure of context ctx of the handle; 0 when none has one. */
+int dion__tl_dev_why(dion_comm_t comm, void **states, uint32_t ctx, char *out, size_t cap);
+#define DION__TL_MAX 8
 
 /* Every backend compiled in, in priority order; NULL-terminated. */
 extern const dion__tl_ops_t *const dion__tl_all[];
@@ -82,9 +122,12 @@ typedef dion_status_t (*dion__tl_check_fn)(dion_comm_t comm, const dion__tl_view
 dion_status_t dion__tl_region_create(dion_comm_t comm, void *base, size_t bytes, const char *what,
                                      dion__tl_check_fn check, void *check_arg, dion__tl_region_t **out);
 const dion__tl_view_t *dion__tl_region_view(const dion__tl_region_t *r, int peer);
+/* Names the region (its window id) for backends that look regions up by id. */
+void dion__tl_region_name(dion__tl_region_t *r, uint32_t id);
 void dion__tl_region_destroy(dion__tl_region_t *r);
 
 /* ---- backends ---- */
 extern const dion__tl_ops_t dion__tl_p2p;
+extern const dion__tl_ops_t dion__tl_proxy;
 
 #endif /* DION_TRANSPORT_H */

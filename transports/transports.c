@@ -5,14 +5,15 @@
 
 #include "transports/transport.h"
 
-const dion__tl_ops_t *const dion__tl_all[] = {&dion__tl_p2p, NULL};
-
-#define DION__TL_MAX 8
+const dion__tl_ops_t *const dion__tl_all[] = {&dion__tl_p2p, &dion__tl_proxy, NULL};
 
 /* Per-comm choice: the backend index of each peer, and which backends any rank uses. */
 struct dion__tl_comm {
-    uint8_t *peer_tl;   /* [nranks] index into dion__tl_all */
-    uint32_t used_mask; /* backends some rank uses with some peer: each runs its side exchange */
+    uint8_t *peer_tl;          /* [nranks] index into dion__tl_all */
+    uint32_t used_mask;        /* backends some rank uses with some peer: each runs its side exchange */
+    uint32_t mine_mask;        /* backends this rank uses with some peer (p2p always: itself) */
+    uint32_t init_mask;        /* backends whose comm_init succeeded */
+    void *state[DION__TL_MAX]; /* each backend's comm_init state */
 };
 
 static int dion__tl_count(void)
@@ -45,7 +46,7 @@ static dion_status_t dion__tl_choose_row(dion_comm_t c, int forced, uint8_t *row
     int usable[DION__TL_MAX];
     for (int i = 0; i < n; i++) {
         why[i][0] = 0;
-        usable[i] = dion__tl_all[i]->usable(c, why[i], sizeof why[i]);
+        usable[i] = -1; /* asked when first needed: probing a backend may load libraries */
     }
     for (int p = 0; p < c->nranks; p++) {
         row[p] = 0xff;
@@ -58,6 +59,7 @@ static dion_status_t dion__tl_choose_row(dion_comm_t c, int forced, uint8_t *row
         for (int i = 0; i < n && row[p] == 0xff; i++) {
             if (forced >= 0 && i != forced) continue;
             char pwhy[DION__TL_WHY] = "";
+            if (usable[i] < 0) usable[i] = dion__tl_all[i]->usable(c, why[i], sizeof why[i]);
             if (usable[i] && dion__tl_all[i]->reachable(c, p, pwhy, sizeof pwhy)) {
                 row[p] = (uint8_t)i;
                 break;
@@ -100,6 +102,8 @@ dion_status_t dion__tl_select(dion_comm_t c)
                 t->used_mask |= 1u << use;
                 if (a == c->rank) t->peer_tl[b] = use;
             }
+        t->mine_mask = 1u;
+        for (int p = 0; p < n; p++) t->mine_mask |= 1u << t->peer_tl[p];
         /* one line per peer at info for small jobs; beyond that a count per backend, the lines at debug */
         int per_peer = n <= 64 ? DION_LOG_INFO : DION_LOG_DEBUG;
         int count[DION__TL_MAX] = {0};
@@ -115,13 +119,48 @@ dion_status_t dion__tl_select(dion_comm_t c)
                          dion__tl_all[i]->name);
     }
     free(rows);
+    /* Backends with per-comm state start on every rank as soon as some rank uses them (used_mask is the
+     * same everywhere, so the collective steps inside match). */
+    for (int i = 0; ag == DION_SUCCESS && dion__tl_all[i]; i++) {
+        const dion__tl_ops_t *o = dion__tl_all[i];
+        if (!(t->used_mask & (1u << i)) || !o->comm_init) continue;
+        ag = o->comm_init(c, &t->state[i]);
+        if (ag == DION_SUCCESS) t->init_mask |= 1u << i;
+    }
     if (ag != DION_SUCCESS) {
+        for (int i = 0; t && dion__tl_all[i]; i++)
+            if (t->init_mask & (1u << i)) dion__tl_all[i]->comm_fini(c, t->state[i]);
         if (t) free(t->peer_tl);
         free(t);
         return ag;
     }
     c->tl = t;
     return DION_SUCCESS;
+}
+
+int dion__tl_uses(dion_comm_t c, const dion__tl_ops_t *o, int used_by_any)
+{
+    if (!c->tl) return 0;
+    for (int i = 0; dion__tl_all[i]; i++)
+        if (dion__tl_all[i] == o) return ((used_by_any ? c->tl->used_mask : c->tl->mine_mask) >> i) & 1u;
+    return 0;
+}
+
+void *dion__tl_state(dion_comm_t c, const dion__tl_ops_t *o)
+{
+    for (int i = 0; c->tl && dion__tl_all[i]; i++)
+        if (dion__tl_all[i] == o) return c->tl->state[i];
+    return NULL;
+}
+
+int dion__tl_signals_on_host(dion_comm_t c)
+{
+    for (int i = 0; c->tl && dion__tl_all[i]; i++) {
+        const dion__tl_ops_t *o = dion__tl_all[i];
+        if ((c->tl->mine_mask & (1u << i)) && o->signals_on_host && o->signals_on_host(c, c->tl->state[i]))
+            return 1;
+    }
+    return 0;
 }
 
 const dion__tl_ops_t *dion__tl_of(dion_comm_t c, int peer)
@@ -132,6 +171,8 @@ const dion__tl_ops_t *dion__tl_of(dion_comm_t c, int peer)
 void dion__tl_fini(dion_comm_t c)
 {
     if (!c->tl) return;
+    for (int i = 0; dion__tl_all[i]; i++)
+        if (c->tl->init_mask & (1u << i)) dion__tl_all[i]->comm_fini(c, c->tl->state[i]);
     free(c->tl->peer_tl);
     free(c->tl);
     c->tl = NULL;
@@ -150,6 +191,7 @@ struct dion__tl_region {
     dion_comm_t comm;
     dion__tl_view_t *views; /* [nranks] */
     void **imps;            /* [nranks] the serving backend's import state, NULL when none */
+    void *tl[DION__TL_MAX]; /* each backend's region_done object */
 };
 
 /* Layout of one rank's record in the allgather: head, then each used backend's descriptor. */
@@ -256,6 +298,20 @@ dion_status_t dion__tl_region_create(dion_comm_t c, void *base, size_t bytes, co
             r->views[p].size = h->size;
             r->views[p].on_host = (int)h->on_host;
         }
+        /* backends that keep their own view of the region (the proxy resolves window ids) */
+        for (int i = 0; i < nb && st == DION_SUCCESS; i++) {
+            const dion__tl_ops_t *o = dion__tl_all[i];
+            if (!(mine & (1u << i)) || !o->region_done || !(c->tl->init_mask & (1u << i))) continue;
+            void **imps = calloc((size_t)n, sizeof *imps);
+            if (!imps) {
+                st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
+                break;
+            }
+            for (int p = 0; p < n; p++)
+                if (p != c->rank && c->tl->peer_tl[p] == i) imps[p] = r->imps[p];
+            st = o->region_done(c, c->tl->state[i], exps[i], imps, &r->tl[i]);
+            free(imps);
+        }
         snprintf(step, sizeof step, "mapping %s", what);
         ag = dion__comm_agree(c, st, step);
     }
@@ -283,9 +339,52 @@ const dion__tl_view_t *dion__tl_region_view(const dion__tl_region_t *r, int peer
     return &r->views[peer];
 }
 
+void dion__tl_region_name(dion__tl_region_t *r, uint32_t id)
+{
+    for (int i = 0; r && dion__tl_all[i]; i++)
+        if (r->tl[i] && dion__tl_all[i]->region_named)
+            dion__tl_all[i]->region_named(r->comm->tl->state[i], r->tl[i], id);
+}
+
+dion_status_t dion__tl_dev_init(dion_comm_t c, const dion__tl_region_t *signals, dion_dev_t *dev, int cpu,
+                                void **states)
+{
+    dion_status_t st = DION_SUCCESS;
+    for (int i = 0; dion__tl_all[i] && st == DION_SUCCESS; i++) {
+        const dion__tl_ops_t *o = dion__tl_all[i];
+        states[i] = NULL;
+        if (!(c->tl->mine_mask & (1u << i)) || !o->dev_init || !(c->tl->init_mask & (1u << i))) continue;
+        st = o->dev_init(c, c->tl->state[i], signals ? signals->tl[i] : NULL, dev, cpu, &states[i]);
+        if (st != DION_SUCCESS) {
+            states[i] = NULL;
+            dion__tl_dev_fini(c, states);
+        }
+    }
+    return st;
+}
+
+int dion__tl_dev_why(dion_comm_t c, void **states, uint32_t ctx, char *out, size_t cap)
+{
+    for (int i = 0; c->tl && dion__tl_all[i]; i++)
+        if (states[i] && dion__tl_all[i]->dev_why && dion__tl_all[i]->dev_why(states[i], ctx, out, cap))
+            return 1;
+    return 0;
+}
+
+void dion__tl_dev_fini(dion_comm_t c, void **states)
+{
+    for (int i = 0; c->tl && dion__tl_all[i]; i++)
+        if (states[i]) {
+            dion__tl_all[i]->dev_fini(c, c->tl->state[i], states[i]);
+            states[i] = NULL;
+        }
+}
+
 void dion__tl_region_destroy(dion__tl_region_t *r)
 {
     if (!r) return;
+    for (int i = 0; dion__tl_all[i]; i++)
+        if (r->tl[i]) dion__tl_all[i]->region_forget(r->comm->tl->state[i], r->tl[i]);
     for (int p = 0; r->imps && p < r->comm->nranks; p++)
         if (r->imps[p]) {
             dion__tl_of(r->comm, p)->mem_release(r->imps[p]);

@@ -26,6 +26,135 @@
 #include "dion/device/p2p.cuh"
 #include "dion/device/trace.cuh"
 
+/* Which backends' device halves are compiled in. Without the proxy's, every operation compiles to the p2p
+ * code alone; with it, each operation has one dispatch point on the peer's transport kind, behind the
+ * handle's DION_DEVF_PROXY flag (a parameter the p2p path reads anyway for its scope). */
+#define DION_DEVICE_BACKEND_P2P   1u
+#define DION_DEVICE_BACKEND_PROXY 2u
+#ifndef DION_DEVICE_BACKENDS
+#define DION_DEVICE_BACKENDS (DION_DEVICE_BACKEND_P2P | DION_DEVICE_BACKEND_PROXY)
+#endif
+#define DION__HAS_PROXY ((DION_DEVICE_BACKENDS & DION_DEVICE_BACKEND_PROXY) != 0)
+
+#if DION__HAS_PROXY
+#include "dion/device/proxy.cuh"
+
+/* The proxy paths stay out of line on the GPU: they cost microseconds anyway, and inlined they would weigh on
+ * the register allocation of the p2p code they sit next to. */
+#if defined(__CUDACC__)
+#define DION__PROXY_PATH static __noinline__ __host__ __device__
+#else
+#define DION__PROXY_PATH static inline
+#endif
+
+/* Whether peer is served by the proxy: commands into this context's ring instead of loads and stores. */
+DION_HD int dion__is_proxy(const dion_ctx_t *c, int peer)
+{
+    return (c->dev.flags & DION_DEVF_PROXY) && dion__peer_transport(&c->dev, peer) == DION_TRANSPORT_PROXY;
+}
+
+DION_HD const dion_proxy_ring_dev_t *dion__ctx_ring(const dion_ctx_t *c)
+{
+    return &c->dev.proxy_rings[c->index];
+}
+
+/* A ring that timed out or failed: an error record like p2p's (the abort words already say why for aborts
+ * and failed peers). */
+DION_HD void dion__proxy_error(const dion_ctx_t *c, dion_status_t st, dion_op_t op, int peer, uint32_t sig,
+                               uint64_t seen)
+{
+    if (st == DION_SUCCESS || st == DION_ERR_ABORTED || st == DION_ERR_PEER_FAILED) return;
+    dion__err_t e = dion__err(st, op, peer);
+    e.sig = sig;
+    e.observed = seen;
+    e.detail = DION_ERR_DETAIL_PROXY;
+    e.limit = c->dev.wait_timeout_ns;
+    dion__record(c, e);
+}
+
+/* Posts cmd into the context's ring; records a failure. */
+DION_HD dion_status_t dion__proxy_do(const dion_ctx_t *c, const dion_proxy_cmd_t *cmd, dion_op_t op, int peer,
+                                     uint32_t sig, uint64_t *ticket)
+{
+    uint64_t seen = 0;
+    dion_status_t st = dion__proxy_post(dion__ctx_ring(c), cmd, c->dev.wait_timeout_ns, ticket, &seen);
+    dion__proxy_error(c, st, op, peer, sig, seen);
+    return st;
+}
+
+/* Every thread's window stores are ordered before the leader's post (group sync, then a release store). */
+DION__PROXY_PATH void dion__proxy_rma_group(dion_ctx_t c, dion__group_t g, dion_proxy_op_t pop, dion_op_t op,
+                                            int peer, dion_dwin_t dst, size_t dst_off, dion_dwin_t src,
+                                            size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t sop,
+                                            uint64_t value, uint64_t t0)
+{
+    dion__group_sync(g);
+    if (dion__group_rank(g) != 0) return;
+    dion_proxy_cmd_t cmd = dion__proxy_cmd_rma(pop, peer, dst->id, dst_off, src->id, src_off, bytes);
+    if (pop == DION_PROXY_OP_PUT_SIGNAL) dion__proxy_cmd_signal(&cmd, sig, (uint32_t)sop, value);
+    uint64_t t = 0, seen = 0;
+    dion_status_t st = dion__proxy_do(&c, &cmd, op, peer, sig, &t);
+    /* get: the data is in dst when get returns, as on p2p */
+    if (st == DION_SUCCESS && pop == DION_PROXY_OP_GET) {
+        st = dion__proxy_wait_complete(dion__ctx_ring(&c), t, c.dev.wait_timeout_ns, &seen);
+        dion__proxy_error(&c, st, op, peer, 0, seen);
+    }
+    if (pop == DION_PROXY_OP_GET) {
+        DION__STAT(&c, gets, 1);
+        DION__STAT(&c, get_bytes, bytes);
+    } else {
+        DION__STAT(&c, puts, 1);
+        DION__STAT(&c, put_bytes, bytes);
+        if (pop == DION_PROXY_OP_PUT_SIGNAL) DION__STAT(&c, signals, 1);
+    }
+    DION__TRACE(&c, t0, op, peer, sig, bytes, value, 0, (uint32_t)sop, st);
+}
+
+DION__PROXY_PATH uint64_t dion__proxy_amo(const dion_ctx_t *c, dion_proxy_op_t pop, dion_op_t op,
+                                          dion_dwin_t w, int peer, size_t off, uint64_t operand,
+                                          uint64_t desired)
+{
+    dion_proxy_cmd_t cmd = dion__proxy_cmd(pop, peer);
+    cmd.u.amo.win = w->id;
+    cmd.u.amo.off = off;
+    cmd.u.amo.operand = operand;
+    cmd.u.amo.desired = desired;
+    uint64_t old = 0, seen = 0;
+    dion_status_t st = dion__proxy_fetch(dion__ctx_ring(c), &cmd, c->dev.wait_timeout_ns, &old, &seen);
+    dion__proxy_error(c, st, op, peer, 0, seen);
+    return old;
+}
+
+/* signal (and barrier arrivals): a SIGNAL command. */
+DION__PROXY_PATH void dion__proxy_signal(const dion_ctx_t *c, int peer, uint32_t sig, uint32_t op,
+                                         uint64_t value, dion_op_t what)
+{
+    dion_proxy_cmd_t cmd = dion__proxy_cmd(DION_PROXY_OP_SIGNAL, peer);
+    dion__proxy_cmd_signal(&cmd, sig, op, value);
+    dion_status_t st = dion__proxy_do(c, &cmd, what, peer, sig, NULL);
+    if (what == DION_OP_SIGNAL) {
+        DION__STAT(c, signals, 1);
+        DION__TRACE(c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, op, st);
+    }
+}
+
+/* fence: a FENCE command (the p2p fence ran already). */
+DION__PROXY_PATH void dion__proxy_ctx_fence(const dion_ctx_t *c)
+{
+    dion_proxy_cmd_t cmd = dion__proxy_cmd(DION_PROXY_OP_FENCE, -1);
+    dion__proxy_do(c, &cmd, DION_OP_FENCE, -1, 0, NULL);
+}
+
+/* Waits until every command of the context's ring is complete. */
+DION__PROXY_PATH dion_status_t dion__proxy_ctx_quiet(const dion_ctx_t *c, dion_op_t op)
+{
+    uint64_t seen = 0;
+    dion_status_t st = dion__proxy_quiet(dion__ctx_ring(c), c->dev.wait_timeout_ns, &seen);
+    dion__proxy_error(c, st, op, -1, 0, seen);
+    return st;
+}
+#endif
+
 /* ---- contexts ---- */
 
 /** A context: an ordered lane of operations; different blocks usually take different contexts.
@@ -57,6 +186,13 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
             !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT, peer, lead))
             return;
     }
+#if DION__HAS_PROXY
+    if (dion__is_proxy(&c, peer)) {
+        dion__proxy_rma_group(c, g, DION_PROXY_OP_PUT, DION_OP_PUT, peer, dst, dst_off, src, src_off, bytes,
+                              0, DION_SIG_SET, 0, t0);
+        return;
+    }
+#endif
     dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
     dion__group_sync(g);
     if (r == 0) {
@@ -125,6 +261,13 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
             !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT_SIGNAL, peer, lead))
             return;
     }
+#if DION__HAS_PROXY
+    if (dion__is_proxy(&c, peer)) {
+        dion__proxy_rma_group(c, g, DION_PROXY_OP_PUT_SIGNAL, DION_OP_PUT_SIGNAL, peer, dst, dst_off, src,
+                              src_off, bytes, sig, op, value, t0);
+        return;
+    }
+#endif
     dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
     /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
     dion__group_sync(g);
@@ -183,6 +326,12 @@ DION_HD void dion_put_signal_block(dion_ctx_t c, dion_dwin_t dst, int peer, size
 DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value)
 {
     if (dion__check_enabled(&c) && !dion__check_signal_args(&c, peer, sig, op, DION_OP_SIGNAL, 1)) return;
+#if DION__HAS_PROXY
+    if (dion__is_proxy(&c, peer)) {
+        dion__proxy_signal(&c, peer, sig, (uint32_t)op, value, DION_OP_SIGNAL);
+        return;
+    }
+#endif
     /* Signal tables live in device memory (or shared memory in CPU mode): the peer's scope is enough. */
     dion__p2p_signal(&c, peer, sig, op, value, dion__peer_scope(&c.dev, peer) | dion__dev_scope(&c.dev));
     DION__STAT(&c, signals, 1);
@@ -239,6 +388,9 @@ DION_HD void dion_fence(dion_ctx_t c)
     if (dion__check_enabled(&c) && !dion__check_ctx(&c, DION_OP_FENCE, 1)) return;
     uint64_t t0 = dion__trace_start(&c);
     dion__p2p_quiet(&c);
+#if DION__HAS_PROXY
+    if (c.dev.flags & DION_DEVF_PROXY) dion__proxy_ctx_fence(&c);
+#endif
     DION__STAT(&c, fences, 1);
     DION__TRACE(&c, t0, DION_OP_FENCE, -1, 0, 0, 0, 0, 0, DION_SUCCESS);
 }
@@ -255,6 +407,12 @@ DION_HD dion_status_t dion_quiet(dion_ctx_t c)
     uint64_t ab =
         dion__ld_relaxed(dion__ctl_word(&c.dev, c.dev.signals, DION_CTL_ABORT), dion__dev_scope(&c.dev));
     dion__p2p_quiet(&c);
+#if DION__HAS_PROXY
+    if (c.dev.flags & DION_DEVF_PROXY) {
+        dion_status_t pst = dion__proxy_ctx_quiet(&c, DION_OP_QUIET);
+        if (!ab && pst) ab = (uint64_t)pst;
+    }
+#endif
     DION__STAT(&c, quiets, 1);
     DION__TRACE(&c, t0, DION_OP_QUIET, -1, 0, 0, 0, 0, 0, (dion_status_t)ab);
     return (dion_status_t)ab;
@@ -285,6 +443,12 @@ DION_HD dion_status_t dion_barrier(dion_ctx_t c)
     uint32_t word = d->num_signals + dion__barrier_word(d, c.index);
     for (int p = 0; p < d->nranks; p++) {
         if (p == d->rank) continue;
+#if DION__HAS_PROXY
+        if (dion__is_proxy(&c, p)) {
+            dion__proxy_signal(&c, p, word, DION_SIG_ADD, 1, DION_OP_BARRIER);
+            continue;
+        }
+#endif
         dion__red_add_release(dion__peer_signals(d, p) + word, 1,
                               dion__peer_scope(d, p) | dion__dev_scope(d));
     }
@@ -309,6 +473,13 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
             !dion__check_range(&c, dst, c.dev.rank, dst_off, bytes, 1, DION_OP_GET, peer, lead))
             return;
     }
+#if DION__HAS_PROXY
+    if (dion__is_proxy(&c, peer)) {
+        dion__proxy_rma_group(c, g, DION_PROXY_OP_GET, DION_OP_GET, peer, dst, dst_off, src, src_off, bytes,
+                              0, DION_SIG_SET, 0, t0);
+        return;
+    }
+#endif
     dion__copy(dion__win_base(&c.dev, dst, c.dev.rank) + dst_off, dion__win_base(&c.dev, src, peer) + src_off,
                bytes, r, n);
     dion__group_sync(g);
@@ -362,6 +533,14 @@ DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, 
     if (dion__check_enabled(&c) && !dion__check_atomic(&c, win, peer, off, DION_OP_FETCH_ADD)) return 0;
     DION__STAT(&c, atomics, 1);
     uint64_t t0 = dion__trace_start(&c);
+#if DION__HAS_PROXY
+    if (dion__is_proxy(&c, peer)) {
+        uint64_t o =
+            dion__proxy_amo(&c, DION_PROXY_OP_FETCH_ADD, DION_OP_FETCH_ADD, win, peer, off, value, 0);
+        DION__TRACE(&c, t0, DION_OP_FETCH_ADD, peer, 0, 8, value, o, 0, DION_SUCCESS);
+        return o;
+    }
+#endif
     uint64_t old = dion__p2p_fetch_add(&c.dev, win, peer, off, value, dion__p2p_scope(&c, peer, win));
     DION__TRACE(&c, t0, DION_OP_FETCH_ADD, peer, 0, 8, value, old, 0, DION_SUCCESS);
     return old;
@@ -377,6 +556,14 @@ DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int pee
     if (dion__check_enabled(&c) && !dion__check_atomic(&c, win, peer, off, DION_OP_COMPARE_SWAP)) return 0;
     DION__STAT(&c, atomics, 1);
     uint64_t t0 = dion__trace_start(&c);
+#if DION__HAS_PROXY
+    if (dion__is_proxy(&c, peer)) {
+        uint64_t o = dion__proxy_amo(&c, DION_PROXY_OP_COMPARE_SWAP, DION_OP_COMPARE_SWAP, win, peer, off,
+                                     expected, desired);
+        DION__TRACE(&c, t0, DION_OP_COMPARE_SWAP, peer, 0, 8, desired, o, 0, DION_SUCCESS);
+        return o;
+    }
+#endif
     uint64_t old =
         dion__p2p_compare_swap(&c.dev, win, peer, off, expected, desired, dion__p2p_scope(&c, peer, win));
     DION__TRACE(&c, t0, DION_OP_COMPARE_SWAP, peer, 0, 8, desired, old, 0, DION_SUCCESS);

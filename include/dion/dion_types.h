@@ -96,7 +96,13 @@ typedef enum {
 } dion_op_t;
 
 /** Transport that serves one peer. */
-typedef enum { DION_TRANSPORT_NONE = 0, DION_TRANSPORT_SELF, DION_TRANSPORT_P2P } dion_transport_t;
+typedef enum {
+    DION_TRANSPORT_NONE = 0,
+    DION_TRANSPORT_SELF,
+    DION_TRANSPORT_P2P,
+    DION_TRANSPORT_PROXY /**< commands into the context's ring, executed by a proxy thread (device/proxy.cuh)
+                          */
+} dion_transport_t;
 
 /** Memory scope a peer needs for ordering: GPU when both ends are threads of one device, SYS otherwise. */
 typedef enum { DION_SCOPE_GPU = 0, DION_SCOPE_SYS = 1 } dion_scope_t;
@@ -169,8 +175,9 @@ typedef struct {
 /** \} */
 
 /* The record's detail field. */
-#define DION_ERR_DETAIL_NONE 0 /**< status and op tell it all */
-#define DION_ERR_DETAIL_CTX  1 /**< the context index (observed) is not below num_contexts (expected) */
+#define DION_ERR_DETAIL_NONE  0 /**< status and op tell it all */
+#define DION_ERR_DETAIL_CTX   1 /**< the context index (observed) is not below num_contexts (expected) */
+#define DION_ERR_DETAIL_PROXY 2 /**< the context's proxy ring timed out (limit: the timeout) or failed */
 
 /* Written by device code, read by the host: lives in host-mapped memory. Each slot has a claim word in the
  * signal table (device memory), so no atomics touch host memory: a writer takes a free slot, the host frees
@@ -210,6 +217,7 @@ struct dion_dev_trace {
 #define DION_DEVF_CPU   0x4u  /* CPU mode: device calls run on CPU threads over host windows */
 #define DION_DEVF_SYS   0x8u  /* fences need system scope: a peer on another GPU, or host windows */
 #define DION_DEVF_TRACE 0x10u /* DION_TRACE is set: device calls record events (device/trace.cuh) */
+#define DION_DEVF_PROXY 0x20u /* some peer is served by the proxy: proxy_rings is set */
 
 /* Words at the tail of every signal table, after the user's signals. */
 #define DION_CTL_ABORT       0 /* nonzero: the comm was aborted; holds a dion_status_t */
@@ -257,6 +265,7 @@ typedef struct dion_dev {
     void *host;                     /* host-side bookkeeping; opaque to device code */
     struct dion_dev_peer peer_inline[DION_DEV_INLINE_PEERS]; /* copies of peers[0..7] */
     struct dion_dev_win_slot win_slot[DION_DEV_WIN_SLOTS];
+    struct dion_proxy_ring_dev *proxy_rings; /* [num_contexts] when flags has DION_DEVF_PROXY, else NULL */
 } dion_dev_t;
 
 /** A context: an ordered lane of operations, obtained with dion_ctx(dev, index). */

@@ -851,11 +851,47 @@ static void dt_test_abort(void)
     dion_dev_destroy(dt_comm, &dev);
 }
 
+/* Every rank streams put_signal to its successor and quiets every 16 (thread 0) while thread 32 waits on a
+ * signal nobody completes; both end only with an error. */
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    uint64_t *result; /* [0] wait status, [1] quiet status, [2] put_signals issued */
+} dt_pf_stream_args_t;
+
+DT_KERNEL(dt_pf_stream_kernel, dt_pf_stream_args_t)
+{
+    uint32_t t = dion__block_thread();
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int me = a->dev.rank, next = (me + 1) % a->dev.nranks;
+    if (t == 0) {
+        uint64_t start = dion__time_ns(), k = 0;
+        dion_status_t st = DION_SUCCESS;
+        while (st == DION_SUCCESS && dion__time_ns() - start < 60000000000ull) {
+            k++;
+            dion_put_signal(c, a->win, next, 4096 + (k % 64) * 64, a->win, 0, 64, 1, DION_SIG_ADD, 1);
+            if ((k & 15) == 0) st = dion_quiet(c);
+        }
+        a->result[1] = (uint64_t)st;
+        a->result[2] = k;
+    } else if (t == 32) {
+        uint64_t seen = 0;
+        a->result[0] = (uint64_t)dion_wait(c, 2, DION_CMP_EQ, UINT64_MAX, &seen);
+    }
+}
+
+static void dt_pf_sigalrm(int sig)
+{
+    (void)sig;
+    raise(SIGKILL); /* kill -9 in the middle of the stream */
+}
+
 /* A rank dies while the others wait on the device: their waits must end with DION_ERR_PEER_FAILED, and the
- * host learns which rank. Ranks are forked here and meet through a unique id (dionrun would stop them). */
+ * host learns which rank. Ranks are forked here and meet through a unique id (dionrun would stop them).
+ * stream: the rank dies in the middle of a put_signal stream; survivors' waits and quiets must both fail. */
 static int dt_runner_init(void);
 static int dt_one_rank_per_gpu(int nranks);
-static int dt_peerfail(int n)
+static int dt_peerfail(int n, int stream)
 {
     /* Children are forked before the parent starts the bootstrap root's thread (forking a process with
      * running threads can leave locks held in the child); the id reaches them through a pipe. */
@@ -880,9 +916,42 @@ static int dt_peerfail(int n)
         DT_OK(dion_comm_init_rank(&dt_comm, n, &id, r));
         dion_dev_t dev;
         dion_dev_attr_t attr = {64, 1, UINT64_MAX, 0};
+        void *wbase = NULL;
+        dion_win_t win = NULL;
+        if (stream) DT_OK(dion_win_alloc(dt_comm, 1 << 16, DT_ON_HOST, &wbase, &win));
         DT_OK(dion_dev_create(dt_comm, &attr, &dev));
         uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
         DT_OK(dion_comm_barrier(dt_comm));
+        if (stream) {
+            if (r == n - 1) {
+                signal(SIGALRM, dt_pf_sigalrm);
+                alarm(1);
+            }
+            double t0 = dt_now();
+            dt_pf_stream_args_t a = {dev, dion_win_device(win), result};
+            if (DT_LAUNCH(dt_pf_stream_kernel, 1, 64, &a)) DT_FAIL("launch failed");
+            double dt = dt_now() - t0;
+            uint64_t res[3];
+            dt_get(res, result, sizeof res);
+            if (res[0] != DION_ERR_PEER_FAILED)
+                DT_FAIL("wait returned %s, expected DION_ERR_PEER_FAILED",
+                        dion_status_string((dion_status_t)res[0]));
+            if (res[1] == DION_SUCCESS) DT_FAIL("the put_signal stream's quiets never failed");
+            if (dt > 40) DT_FAIL("the survivors' device calls took %.1f s to fail", dt);
+            char want[32];
+            snprintf(want, sizeof want, "rank %d", n - 1);
+            dion_status_t st = dion_dev_check(dt_comm, &dev);
+            if (st == DION_SUCCESS || !strstr(dion_last_error(), want))
+                DT_FAIL("dion_dev_check: %s: %s (should name %s)", dion_status_string(st), dion_last_error(),
+                        want);
+            printf(
+                "rank %d: %llu put_signal, then quiet returned %s and wait %s after %.2f s; dion_dev_check: "
+                "%s\n",
+                r, (unsigned long long)res[2], dion_status_string((dion_status_t)res[1]),
+                dion_status_string((dion_status_t)res[0]), dt, dion_last_error());
+            fflush(stdout);
+            _exit(dt_failures ? 1 : 0);
+        }
         if (r == n - 1) {
             struct timespec ts = {0, 200000000};
             nanosleep(&ts, NULL);
@@ -923,7 +992,8 @@ static int dt_peerfail(int n)
         }
     }
     free(pids);
-    printf("%s: peer failure reported to all %d survivors\n", bad ? "FAIL" : "PASS", n - 1);
+    printf("%s: peer failure%s reported to all %d survivors\n", bad ? "FAIL" : "PASS",
+           stream ? " during a put_signal stream" : "", n - 1);
     return bad ? 1 : 0;
 }
 
@@ -1111,7 +1181,8 @@ static void dt_test_packet_timeout(dion_win_t win)
 static int dt_main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "all";
-    if (!strcmp(mode, "peerfail")) return dt_peerfail(argc > 2 ? atoi(argv[2]) : 3);
+    if (!strcmp(mode, "peerfail")) return dt_peerfail(argc > 2 ? atoi(argv[2]) : 3, 0);
+    if (!strcmp(mode, "peerfail_stream")) return dt_peerfail(argc > 2 ? atoi(argv[2]) : 3, 1);
     int rc = dt_runner_init();
     if (rc) return rc;
     DT_OK(dion_comm_init_env(&dt_comm));
@@ -1148,7 +1219,13 @@ static int dt_main(int argc, char **argv)
                dt_test_small_puts(win, (char *)base));
         DT_RUN("puts: random sizes and unaligned offsets, thread/warp/block",
                dt_test_puts(win, (char *)base, DT_PUT_ROUNDS, 4u << 20, DT_PUT_HALF));
-        DT_RUN("put_signal stream of 10000 with data checks", dt_test_stream(win, 10000));
+        /* DT_STREAM_COUNT: shorter streams where every put_signal crosses a slow transport (proxy over tcp)
+         */
+        uint32_t stream = getenv("DT_STREAM_COUNT") ? (uint32_t)atoi(getenv("DT_STREAM_COUNT")) : 10000u;
+        if (stream < 200 || stream > 10000) stream = 10000;
+        char sname[64];
+        snprintf(sname, sizeof sname, "put_signal stream of %u with data checks", stream);
+        DT_RUN(sname, dt_test_stream(win, stream));
         DT_RUN("atomics: fetch-add totals, CAS increments",
                dt_test_atomics(win, (char *)base, DT_ATOMIC_THREADS, 200, 20));
         DT_RUN("get thread/warp/block, device barrier", dt_test_get_barrier(win, (char *)base));
@@ -1169,7 +1246,7 @@ static int dt_main(int argc, char **argv)
     } else if (!strcmp(mode, "abort")) {
         DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
     } else {
-        fprintf(stderr, "usage: %s [all|check|stats|trace|abort|peerfail N]\n", argv[0]);
+        fprintf(stderr, "usage: %s [all|check|stats|trace|abort|peerfail N|peerfail_stream N]\n", argv[0]);
         return 2;
     }
     int mine = dt_failures, *all = (int *)calloc((size_t)dt_n, sizeof(int)), total = 0;

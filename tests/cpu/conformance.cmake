@@ -16,3 +16,20 @@ dion_test(NAME conf_cpu_peerfail COMMAND $<TARGET_FILE:conformance_cpu> peerfail
 # The backend choice per peer (transports/transports.c): logged, forced by DION_TRANSPORT, unknown names refused.
 dion_test(NAME conf_cpu_transport_select COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/transport_select.sh $<TARGET_FILE:dionrun>
           $<TARGET_FILE:conformance_cpu> LABELS "host;cpu" TIMEOUT 200)
+# The same suite over the proxy backend (libfabric's tcp provider through proxy threads), forced for every peer.
+foreach(n 2 3 4)
+  dion_test(NAME conf_cpu_proxy_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
+            LABELS "host;cpu" TIMEOUT 240 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DT_STREAM_COUNT=2000")
+  # every put_signal crosses tcp and two proxy threads: alone on the 2 cores they take seconds, not minutes
+  set_tests_properties(conf_cpu_proxy_${n} PROPERTIES RUN_SERIAL TRUE)
+endforeach()
+# And over libfabric's shm provider (ordering by waiting for the data's completion: the engine's "wait" mode).
+foreach(n 2 3)
+  dion_test(NAME conf_cpu_proxy_shm_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
+            LABELS "host;cpu" TIMEOUT 240 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DT_STREAM_COUNT=2000")
+  set_tests_properties(conf_cpu_proxy_shm_${n} PROPERTIES RUN_SERIAL TRUE)
+endforeach()
+# A rank is killed (SIGKILL) in the middle of a put_signal stream over the proxy: survivors' waits and quiets fail,
+# and dion_dev_check names the dead rank.
+dion_test(NAME conf_cpu_proxy_peerfail COMMAND $<TARGET_FILE:conformance_cpu> peerfail_stream 3
+          LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp")

@@ -23,7 +23,9 @@ static int dt_gpu_sync(const char *what)
     }                                                                                                        \
     static __host__ __device__ void name##_body(type *a)
 #define DT_LAUNCH(name, grid, block, ptr) (name##_gpu<<<(grid), (block)>>>(*(ptr)), dt_gpu_sync(#name))
-#define DT_ON_HOST                        0
+/* DT_ON_HOST=1: host windows (pinned, mapped into the GPU) instead of GPU memory, e.g. over the proxy with a
+ * provider that cannot register GPU memory */
+#define DT_ON_HOST (getenv("DT_ON_HOST") && atoi(getenv("DT_ON_HOST")) ? 1 : 0)
 #define DT_BLOCK                          512
 #define DT_PUT_ROUNDS                     60
 #define DT_ATOMIC_THREADS                 128
