@@ -118,12 +118,13 @@ static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
     if (n < 0 || (size_t)n >= cap) return;
     out += n, cap -= (size_t)n;
     if (r->detail == DION_ERR_DETAIL_PROXY) {
+        char whom[32] = "its ring";
+        if (r->peer >= 0) snprintf(whom, sizeof whom, "rank %d", r->peer);
         if (r->status == DION_ERR_TIMEOUT)
             snprintf(out, cap,
-                     "the proxy did not take or complete a command for %s%d within the wait timeout (%.3f s; "
+                     "the proxy did not take or complete a command for %s within the wait timeout (%.3f s; "
                      "last count %llu): the proxy thread is stalled or the ring stays full",
-                     r->peer >= 0 ? "rank " : "the ring, peer ", r->peer, (double)r->limit / 1e9,
-                     (unsigned long long)r->observed);
+                     whom, (double)r->limit / 1e9, (unsigned long long)r->observed);
         else
             snprintf(out, cap, "the context's proxy ring failed (%s)",
                      dion_status_string((dion_status_t)r->status));

@@ -29,9 +29,11 @@
 /* Which backends' device halves are compiled in. Without the proxy's, every operation compiles to the p2p
  * code alone; with it, each operation has one dispatch point on the peer's transport kind, behind the
  * handle's DION_DEVF_PROXY flag (a parameter the p2p path reads anyway for its scope). */
-#define DION_DEVICE_BACKEND_P2P   1u
-#define DION_DEVICE_BACKEND_PROXY 2u
+#define DION_DEVICE_BACKEND_P2P   1u /**< bit of DION_DEVICE_BACKENDS: p2p (always compiled) */
+#define DION_DEVICE_BACKEND_PROXY 2u /**< bit of DION_DEVICE_BACKENDS: the CPU proxy (device/proxy.cuh) */
 #ifndef DION_DEVICE_BACKENDS
+/** The device halves compiled into kernels; define it before including this header to narrow it (e.g. to
+ * DION_DEVICE_BACKEND_P2P: every operation is then the p2p code alone). */
 #define DION_DEVICE_BACKENDS (DION_DEVICE_BACKEND_P2P | DION_DEVICE_BACKEND_PROXY)
 #endif
 #define DION__HAS_PROXY ((DION_DEVICE_BACKENDS & DION_DEVICE_BACKEND_PROXY) != 0)
@@ -585,13 +587,13 @@ DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int pee
 #include "dion/device/packet.cuh"
 
 /** Packet put from one thread: writes `bytes` payload bytes from src as one message with sequence seq into
- * peer's window dst at dst_off, taking DION_PACKET_SPAN(bytes) bytes there (each 8-byte word carries 4 payload
- * bytes and the sequence, so the receiver polls the data itself). No fence, no ordering with other operations;
- * src is reusable on return. Same-node (p2p) peers only; a network peer gets an UNSUPPORTED error record.
- * \param c the context. \param dst the target window. \param peer the target rank.
- * \param dst_off offset in peer's part of dst (the address must be 16-byte aligned).
- * \param src the payload (any local memory). \param bytes payload bytes.
- * \param seq the message's sequence: nonzero, the same the receiver waits for (dion_packet_seq_next). */
+ * peer's window dst at dst_off, taking DION_PACKET_SPAN(bytes) bytes there (each 8-byte word carries 4
+ * payload bytes and the sequence, so the receiver polls the data itself). No fence, no ordering with other
+ * operations; src is reusable on return. Same-node (p2p) peers only; a network peer gets an UNSUPPORTED error
+ * record. \param c the context. \param dst the target window. \param peer the target rank. \param dst_off
+ * offset in peer's part of dst (the address must be 16-byte aligned). \param src the payload (any local
+ * memory). \param bytes payload bytes. \param seq the message's sequence: nonzero, the same the receiver
+ * waits for (dion_packet_seq_next). */
 DION_HD void dion_put_packet(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, const void *src,
                              size_t bytes, uint32_t seq)
 {
@@ -614,15 +616,14 @@ DION_HD void dion_put_packet_block(dion_ctx_t c, dion_dwin_t dst, int peer, size
     dion__put_packet_group(c, DION__BLOCK, dst, peer, dst_off, src, bytes, seq);
 }
 
-/** Waits, in one thread, until the packet message with sequence seq is whole in this rank's window win at off,
- * then copies its `bytes` payload bytes to dst. Guarantees only that the payload is in dst: no acquire of other
- * data, no order against other operations.
- * \param c the context. \param win this rank's window. \param off the message's offset (16-byte aligned address).
- * \param dst where the payload goes. \param bytes payload bytes (as the sender passed).
- * \param seq the sequence to wait for (nonzero).
- * \return DION_SUCCESS; DION_ERR_TIMEOUT (with an error record) after the handle's wait timeout;
- *         DION_ERR_ABORTED or DION_ERR_PEER_FAILED when the comm was aborted or a rank failed;
- *         DION_ERR_INVALID_ARG under DION_CHECK for bad arguments. */
+/** Waits, in one thread, until the packet message with sequence seq is whole in this rank's window win at
+ * off, then copies its `bytes` payload bytes to dst. Guarantees only that the payload is in dst: no acquire
+ * of other data, no order against other operations. \param c the context. \param win this rank's window.
+ * \param off the message's offset (16-byte aligned address). \param dst where the payload goes. \param bytes
+ * payload bytes (as the sender passed). \param seq the sequence to wait for (nonzero). \return DION_SUCCESS;
+ * DION_ERR_TIMEOUT (with an error record) after the handle's wait timeout; DION_ERR_ABORTED or
+ * DION_ERR_PEER_FAILED when the comm was aborted or a rank failed; DION_ERR_INVALID_ARG under DION_CHECK for
+ * bad arguments. */
 DION_HD dion_status_t dion_wait_packet(dion_ctx_t c, dion_dwin_t win, size_t off, void *dst, size_t bytes,
                                        uint32_t seq)
 {

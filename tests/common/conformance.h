@@ -1231,10 +1231,19 @@ static int dt_main(int argc, char **argv)
         DT_RUN("get thread/warp/block, device barrier", dt_test_get_barrier(win, (char *)base));
         DT_RUN("asymmetric window sizes, a 0-byte part", dt_test_asymmetric());
         DT_RUN("wait timeout with an error record", dt_test_timeout());
-        DT_RUN("packet puts: random sizes and offsets, reused slots, wrapping sequences, thread/warp/block, "
-               "both directions",
-               dt_test_packets(win, (char *)base));
-        DT_RUN("packet wait timeout with an error record", dt_test_packet_timeout(win));
+        if (dt_dev.flags & DION_DEVF_PROXY) {
+            /* packets need whole 8-byte words per store at the target: p2p only (docs/semantics.md) */
+            if (dt_rank == 0)
+                printf("SKIP packet puts: peers are served by the proxy backend, which does not carry packet "
+                       "puts "
+                       "(they record DION_ERR_UNSUPPORTED)\n");
+        } else {
+            DT_RUN(
+                "packet puts: random sizes and offsets, reused slots, wrapping sequences, thread/warp/block, "
+                "both directions",
+                dt_test_packets(win, (char *)base));
+            DT_RUN("packet wait timeout with an error record", dt_test_packet_timeout(win));
+        }
         DT_RUN_EXTRA();
     } else if (!strcmp(mode, "check")) {
         DT_RUN("DION_CHECK=1: rejected calls are recorded and write nothing",
