@@ -516,6 +516,11 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
                                  c->rank, r, c->info[r].host);
             if (peers[r].scope == DION_SCOPE_SYS) flags |= DION_DEVF_SYS;
             if (peers[r].transport == DION_TRANSPORT_PROXY) flags |= DION_DEVF_PROXY | DION_DEVF_SYS;
+            if (r == n - 1 && !cpu && (flags & DION_DEVF_PROXY))
+                DION_LOG(DION_LOG_WARN,
+                         "this GPU handle reaches some peers through the proxy: kernels that use it must be "
+                         "compiled with -DDION_DEVICE_BACKENDS=3 (GPU code has the p2p half alone by default; "
+                         "docs/backends/proxy.md)");
             if (r < DION_DEV_INLINE_PEERS) h->peers_copy[r] = peers[r];
         }
         if (cpu || c->host_windows) flags |= DION_DEVF_SYS;

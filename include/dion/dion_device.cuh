@@ -32,9 +32,17 @@
 #define DION_DEVICE_BACKEND_P2P   1u /**< bit of DION_DEVICE_BACKENDS: p2p (always compiled) */
 #define DION_DEVICE_BACKEND_PROXY 2u /**< bit of DION_DEVICE_BACKENDS: the CPU proxy (device/proxy.cuh) */
 #ifndef DION_DEVICE_BACKENDS
-/** The device halves compiled into kernels; define it before including this header to narrow it (e.g. to
- * DION_DEVICE_BACKEND_P2P: every operation is then the p2p code alone). */
+#if defined(__CUDA_ARCH__)
+/** The device halves compiled into kernels; define it before including this header to change it. GPU code
+ * has the p2p half alone by default: with the proxy's dispatch compiled in, kernels took more registers and
+ * 1024-thread blocks of the conformance suite and p2p_bench no longer launched on an H200 (2026-11-30). GPU
+ * kernels that reach peers through the proxy are built with
+ * -DDION_DEVICE_BACKENDS=3 (DION_DEVICE_BACKEND_P2P | DION_DEVICE_BACKEND_PROXY) and with launch bounds that
+ * fit; CPU mode has both halves. */
+#define DION_DEVICE_BACKENDS DION_DEVICE_BACKEND_P2P
+#else
 #define DION_DEVICE_BACKENDS (DION_DEVICE_BACKEND_P2P | DION_DEVICE_BACKEND_PROXY)
+#endif
 #endif
 #define DION__HAS_PROXY ((DION_DEVICE_BACKENDS & DION_DEVICE_BACKEND_PROXY) != 0)
 
