@@ -41,6 +41,7 @@
  * fit; CPU mode has both halves. */
 #define DION_DEVICE_BACKENDS DION_DEVICE_BACKEND_P2P
 #else
+/** The device halves compiled into host (CPU-mode) code: p2p and the proxy. */
 #define DION_DEVICE_BACKENDS (DION_DEVICE_BACKEND_P2P | DION_DEVICE_BACKEND_PROXY)
 #endif
 #endif
