@@ -1,24 +1,49 @@
 #!/bin/sh
-# ctest perf_cpu_csv: dion-perf once in CPU mode with 2 ranks at tiny sizes, then the CSV checked.
-# usage: check_cpu_run.sh PYTHON OUTDIR TESTS DIONRUN DION_PERF
-# The rows each test of TESTS writes (CPU mode, 2 ranks, sizes 8..256) must all be there.
+# ctest perf_cpu_csv / perf_cpu_proxy_csv: dion-perf once in CPU mode with 2 ranks at tiny sizes, then the CSV
+# checked.
+# usage: check_cpu_run.sh PYTHON OUTDIR TESTS DIONRUN DION_PERF [proxy]
+# The rows each test of TESTS writes (CPU mode, 2 ranks) must all be there. proxy: every peer through the proxy
+# backend (DION_TRANSPORT=proxy; the caller picks the provider with DION_OFI_PROVIDER), sizes 8..64, and the
+# proxy's pickup row measured under impl dion-proxy[-provider]; otherwise p2p, sizes 8..256, and the pickup row
+# says why it was skipped.
 set -eu
-py=$1 out=$2 tests=$3 dionrun=$4 perf=$5
-csv="$out/perf_cpu.csv"
+py=$1 out=$2 tests=$3 dionrun=$4 perf=$5 mode=${6:-p2p}
+csv="$out/perf_cpu_$mode.csv"
+txt="$out/perf_cpu_$mode.txt"
 rm -f "$csv"
 rc=0
-"$dionrun" -n 2 --timeout 100 "$perf" --transport cpu --tests "$tests",proxy_pickup --min 8 --max 256 \
-  --iters 20 --warmup 4 --reps 3 --csv "$csv" --label ci-cpu >"$out/perf_cpu.txt" 2>&1 || rc=$?
-cat "$out/perf_cpu.txt"
+if [ "$mode" = proxy ]; then
+  export DION_TRANSPORT=proxy
+  max=64 iters=10
+else
+  unset DION_TRANSPORT || true
+  max=256 iters=20
+fi
+"$dionrun" -n 2 --timeout 100 "$perf" --transport cpu --tests "$tests",proxy_pickup --min 8 --max $max \
+  --iters $iters --warmup 4 --reps 3 --csv "$csv" --label ci-cpu >"$txt" 2>&1 || rc=$?
+cat "$txt"
 if [ "$rc" != 0 ]; then
   echo "FAIL: dion-perf exited with $rc"
   exit 1
 fi
-# the proxy's pickup row is a hook: measured with a proxy peer, else it says why not
-grep -Eq '^proxy_pickup +(skipped: proxy transport not in this build|thread)' "$out/perf_cpu.txt" || {
-  echo "FAIL: no proxy_pickup line in the table"
-  exit 1
-}
 rows=signal_pingpong,signal_relaxed_pingpong,put_signal_pingpong,put_bw,put_bw_bidir,put8_msgrate_1sm,put8_msgrate_8sm
 rows=$rows,put8_msgrate_allsm,put_quiet,get,fetch_add,barrier_2ranks
+if [ "$mode" = proxy ]; then
+  # the pickup row measured, and every row under the proxy's impl name (one line per transport in plot.py)
+  grep -Eq '^proxy_pickup +thread +0 +oneway_us' "$txt" || {
+    echo "FAIL: no measured proxy_pickup line in the table"
+    exit 1
+  }
+  want=dion-proxy${DION_OFI_PROVIDER:+-$DION_OFI_PROVIDER}
+  if tail -n +2 "$csv" | cut -d, -f1 | grep -qv "^$want\$"; then
+    echo "FAIL: a CSV row's impl is not $want (the proxy served no peer?)"
+    exit 1
+  fi
+  rows=$rows,proxy_pickup
+else
+  grep -Eq '^proxy_pickup +skipped: no peer of rank 0 is served by the proxy' "$txt" || {
+    echo "FAIL: no skipped proxy_pickup line in the table"
+    exit 1
+  }
+fi
 exec "$py" "$(dirname "$0")/check_csv.py" "$csv" "$rows"

@@ -14,217 +14,37 @@
 
 #include "bench_common.h"
 #include "dion/dion.h"
-#include "dion/dion_device.cuh"
 
-/* Bodies take the arguments by value and are inlined into the kernel, so that they stay in the parameter bank
- * (as p2p_bench passes the handle). */
-#define PERF_HD __host__ __device__ __forceinline__
+/* The kernel bodies twice: here with the p2p device half alone (GPU code's default; the host pass, which CPU
+ * mode runs, has both halves), and in dion_perf_proxy.cu with the proxy's too. */
+#define PERF_NS          perf_p2p
+#define PERF_BLOCK_MAX   1024
+#define PERF_RATE_MAX    1024
+#define PERF_CPU_ENTRIES 1
+#include "dion_perf_kernels.cuh"
 
-/* ---- what runs ---- */
-
-enum {
-    T_SIGNAL,
-    T_SIGNAL_RELAXED,
-    T_PS_THREAD,
-    T_PS_WARP,
-    T_PS_BLOCK,
-    T_PQ_THREAD,
-    T_PQ_WARP,
-    T_PQ_BLOCK,
-    T_GET_THREAD,
-    T_GET_WARP,
-    T_GET_BLOCK,
-    T_FADD,
-    T_BARRIER,
-    T_BW,
-    T_MSGRATE
-};
-
-/* Window layout: sources at 0, landing area at dst, the fetch-add word at fadd. */
-typedef struct {
-    dion_dev_t dev;
-    dion_dwin_t win;
-    size_t bytes, dst, fadd;
-    int iters, warmup, peer;
-    uint64_t base;              /* signal values continue from here, so that no run sees stale ones */
-    uint64_t *times;            /* [iters] per-iteration durations (ns), written by the timing thread */
-    unsigned long long *status; /* [0]: nonzero when a device call failed; [1]: data errors */
-    size_t chunk, stride;       /* put_bw: bytes per block and round, and chunks per round */
-    size_t nthreads;            /* msgrate: threads in the grid */
-    int per_thread, msg_words;  /* msgrate: 8 B puts per thread, distinct words in the landing area */
-} perf_args_t;
-
-static PERF_HD int perf_group_of(int op)
+namespace perf_proxy
 {
-    switch (op) {
-    case T_PS_WARP:
-    case T_PQ_WARP:
-    case T_GET_WARP:
-        return DION__WARP;
-    case T_PS_BLOCK:
-    case T_PQ_BLOCK:
-    case T_GET_BLOCK:
-        return DION__BLOCK;
-    default:
-        return DION__THREAD;
-    }
-}
-
-static PERF_HD int perf_failed(const perf_args_t &a)
-{
-    return *(volatile const unsigned long long *)&a.status[0] != 0;
-}
-
-static PERF_HD void perf_fail(const perf_args_t &a)
-{
-    *(volatile unsigned long long *)&a.status[0] = 1;
-}
-
-/* Ping-pong between ranks 0 and 1 on signal 0 (signal or put_signal of one group). */
-template <int op> static PERF_HD void perf_pingpong(const perf_args_t a)
-{
-    dion_ctx_t c = dion_ctx(a.dev, 0);
-    const int initiator = a.dev.rank == 0, peer = a.peer, g = perf_group_of(op);
-    const uint32_t tid = dion__block_thread();
-    const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
-    uint64_t t0 = 0, prev = 0;
-    for (int i = 1; i <= a.warmup + a.iters; i++) {
-        uint64_t v = a.base + (uint64_t)i;
-        if (i == a.warmup + 1 && tid == 0) t0 = prev = dion__time_ns();
-        for (int half = 0; half < 2; half++) {
-            if ((half == 0) == initiator) {
-                if (!in_group) continue;
-                if (op == T_SIGNAL)
-                    dion_signal(c, peer, 0, DION_SIG_SET, v);
-                else if (op == T_SIGNAL_RELAXED)
-                    dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
-                else if (op == T_PS_THREAD)
-                    dion_put_signal(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
-                else if (op == T_PS_WARP)
-                    dion_put_signal_warp(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
-                else
-                    dion_put_signal_block(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
-            } else {
-                if (tid == 0 && dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) perf_fail(a);
-                if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
-                if (perf_failed(a)) return; /* the host sees the error record too */
-            }
-        }
-        if (initiator && tid == 0 && i > a.warmup) {
-            uint64_t now = dion__time_ns();
-            a.times[i - a.warmup - 1] = now - prev;
-            prev = now;
-        }
-    }
-    (void)t0;
-}
-
-/* One-sided rounds timed on rank 0: put+quiet, get(+quiet), fetch-add; barrier on every rank. */
-template <int op> static PERF_HD void perf_rounds(const perf_args_t a)
-{
-    dion_ctx_t c = dion_ctx(a.dev, 0);
-    const int peer = a.peer, g = perf_group_of(op);
-    const uint32_t tid = dion__block_thread();
-    const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
-    uint64_t prev = 0;
-    for (int i = 0; i < a.warmup + a.iters; i++) {
-        if (i == a.warmup && tid == 0) prev = dion__time_ns();
-        if (in_group) {
-            if (op == T_PQ_THREAD) dion_put(c, a.win, peer, a.dst, a.win, 0, a.bytes);
-            if (op == T_PQ_WARP) dion_put_warp(c, a.win, peer, a.dst, a.win, 0, a.bytes);
-            if (op == T_PQ_BLOCK) dion_put_block(c, a.win, peer, a.dst, a.win, 0, a.bytes);
-            if (op == T_GET_THREAD) dion_get(c, a.win, a.dst, a.win, peer, 0, a.bytes);
-            if (op == T_GET_WARP) dion_get_warp(c, a.win, a.dst, a.win, peer, 0, a.bytes);
-            if (op == T_GET_BLOCK) dion_get_block(c, a.win, a.dst, a.win, peer, 0, a.bytes);
-        }
-        if (tid == 0) {
-            if (op == T_FADD) {
-                uint64_t old = dion_atomic_fetch_add(c, a.win, peer, a.fadd, 1);
-                if (old != (uint64_t)i) a.status[1]++; /* the word counts every round, from 0 */
-            } else if (op == T_BARRIER) {
-                if (dion_barrier(c) != DION_SUCCESS) perf_fail(a);
-            } else if (dion_quiet(c) != DION_SUCCESS) {
-                perf_fail(a);
-            }
-        }
-        if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
-        if (perf_failed(a)) return;
-        if (tid == 0 && i >= a.warmup) {
-            uint64_t now = dion__time_ns();
-            a.times[i - a.warmup] = now - prev;
-            prev = now;
-        }
-    }
-}
-
-/* Bandwidth: the blocks split bytes into chunks, each a dion_put_block; then each block quiets. */
-static PERF_HD void perf_bw(const perf_args_t a)
-{
-    dion_ctx_t c = dion_ctx(a.dev, 0);
-    for (size_t off = dion__block_index() * a.chunk; off < a.bytes; off += a.stride * a.chunk) {
-        size_t n = a.bytes - off < a.chunk ? a.bytes - off : a.chunk;
-        dion_put_block(c, a.win, a.peer, a.dst + off, a.win, off, n);
-    }
-    if (dion__block_thread() == 0 && dion_quiet(c) != DION_SUCCESS) perf_fail(a);
-}
-
-/* Message rate: every thread issues per_thread 8-byte puts to distinct words, then one quiet per block. */
-static PERF_HD void perf_msgrate(const perf_args_t a)
-{
-    dion_ctx_t c = dion_ctx(a.dev, 0);
-    size_t nt = a.nthreads;
-    size_t t = (size_t)dion__block_index() * dion__block_size() + dion__block_thread();
-    for (int i = 0; i < a.per_thread; i++) {
-        size_t word = (t + (size_t)i * nt) % (size_t)a.msg_words;
-        dion_put(c, a.win, a.peer, a.dst + word * 8, a.win, (word % 1024) * 8, 8);
-    }
-    dion__group_sync(DION__BLOCK);
-    if (dion__block_thread() == 0 && dion_quiet(c) != DION_SUCCESS) perf_fail(a);
-}
-
-template <int op> static PERF_HD void perf_body(const perf_args_t a)
-{
-    if (op <= T_PS_BLOCK)
-        perf_pingpong<op>(a);
-    else if (op <= T_BARRIER)
-        perf_rounds<op>(a);
-    else if (op == T_BW)
-        perf_bw(a);
-    else
-        perf_msgrate(a);
-}
-
-/* Block-sized kernels may have 1024 threads; the others at most a warp, so they get registers as p2p_bench's
- * kernels do. */
-template <int op> struct perf_max_threads {
-    enum {
-        value = op == T_PS_BLOCK || op == T_PQ_BLOCK || op == T_GET_BLOCK || op == T_BW || op == T_MSGRATE
-                    ? 1024
-                    : 32
-    };
-};
-
-template <int op> __global__ void __launch_bounds__(perf_max_threads<op>::value, 1) perf_kernel(perf_args_t a)
-{
-    perf_body<op>(a);
-}
-
-template <int op> static void perf_cpu_entry(void *p)
-{
-    perf_body<op>(*(const perf_args_t *)p);
-}
+cudaError_t gpu_launch(int op, unsigned grid, unsigned threads, const perf_args_t &a);
+unsigned block_max(void);
+unsigned rate_max(void);
+} // namespace perf_proxy
 
 /* ---- host side ---- */
 
 typedef struct {
     std::string tests;
     const char *transport = "auto", *csv = NULL, *label = "", *sizes = NULL, *groups = "thread,warp,block";
-    long long min = 8, max = -1, thread_max = 4096;
+    const char *impl = NULL, *kernels = "auto", *windows = "auto";
+    long long min = 8, max = -1, thread_max = 4096, bw_min = -1, bw_max = -1;
     int iters = -1, warmup = -1, reps = -1, block_threads = -1;
 } perf_opts_t;
 
 static perf_opts_t O;
 static int rank_, nranks_, cpu_;
+static int proxy_kernels_;
+#define PERF_CONTEXTS 8 /* GPU: launch the DION_DEVICE_BACKENDS=3 set (some peer is served by the proxy) */
+static std::string impl_ = "dion";
 static dion_comm_t comm;
 
 #define OK(call)                                                                                             \
@@ -242,16 +62,23 @@ static const char *ALL_TESTS =
 
 static void usage(const char *argv0)
 {
-    fprintf(stderr,
-            "usage: %s [latency|bandwidth|msgrate|all] [options]\n"
-            "  --tests LIST      comma-separated, from: %s\n"
-            "                    (latency = signal,put_signal; bandwidth = put_bw,put_bw_bidir)\n"
-            "  --transport KIND  auto, p2p, proxy, gdaki or cpu (CPU threads over host windows)\n"
-            "  --groups LIST     thread,warp,block     --block-threads N (block size; default 1024, cpu 8)\n"
-            "  --min B --max B   sizes: powers of two from min to max   --sizes B,B,...   --thread-max B\n"
-            "  --iters N --warmup N   timed and untimed rounds of latency rows   --reps N (bw, msgrate)\n"
-            "  --csv FILE --label L   append CSV rows (impl,label,test,group,bytes,metric,value)\n",
-            argv0, ALL_TESTS);
+    fprintf(
+        stderr,
+        "usage: %s [latency|bandwidth|msgrate|all] [options]\n"
+        "  --tests LIST      comma-separated, from: %s\n"
+        "                    (latency = signal,put_signal; bandwidth = put_bw,put_bw_bidir)\n"
+        "  --transport KIND  auto, p2p, proxy, gdaki or cpu (CPU threads over host windows)\n"
+        "  --groups LIST     thread,warp,block     --block-threads N (block size; default 1024, cpu 8)\n"
+        "  --min B --max B   sizes: powers of two from min to max   --sizes B,B,...   --thread-max B\n"
+        "  --bw-min B --bw-max B  sizes of the bandwidth rows (default: as --min/--max)\n"
+        "  --iters N --warmup N   timed and untimed rounds of latency rows   --reps N (bw, msgrate)\n"
+        "  --csv FILE --label L   append CSV rows (impl,label,test,group,bytes,metric,value)\n"
+        "  --impl NAME       the CSV's impl column (default: dion when every peer is p2p, else\n"
+        "                    dion-proxy-$DION_OFI_PROVIDER, with -hostwin when windows are host memory)\n"
+        "  --kernels KIND    auto (the p2p-only kernels unless a peer is served by the proxy), p2p, proxy\n"
+        "  --windows KIND    auto (GPU memory; host memory where the proxy's engine refuses GPU memory),\n"
+        "                    gpu, host\n",
+        argv0, ALL_TESTS);
     exit(2);
 }
 
@@ -299,11 +126,22 @@ static void parse(int argc, char **argv)
             O.reps = atoi(v);
         else if (!strcmp(a, "--block-threads"))
             O.block_threads = atoi(v);
+        else if (!strcmp(a, "--bw-min"))
+            O.bw_min = atoll(v);
+        else if (!strcmp(a, "--bw-max"))
+            O.bw_max = atoll(v);
+        else if (!strcmp(a, "--impl"))
+            O.impl = v;
+        else if (!strcmp(a, "--kernels"))
+            O.kernels = v;
+        else if (!strcmp(a, "--windows"))
+            O.windows = v;
         else
             usage(argv[0]);
     }
     if (O.tests.empty()) O.tests = ALL_TESTS;
     if (O.tests.find("completion") != std::string::npos) O.tests += ",put_quiet"; /* p2p_bench's name */
+    if (bench_in_list(O.tests.c_str(), "pickup")) O.tests += ",proxy_pickup";
 }
 
 static int wants(const char *t)
@@ -311,25 +149,25 @@ static int wants(const char *t)
     return bench_in_list(O.tests.c_str(), t);
 }
 
-static std::vector<long long> size_list(void)
+static std::vector<long long> size_list(long long min, long long max, const char *list)
 {
     std::vector<long long> s;
-    if (O.sizes) {
-        for (const char *p = O.sizes; *p;) {
+    if (list) {
+        for (const char *p = list; *p;) {
             char *end;
             long long b = strtoll(p, &end, 10);
             if (end == p || b <= 0) {
-                fprintf(stderr, "dion-perf: --sizes wants positive byte counts: '%s'\n", O.sizes);
+                fprintf(stderr, "dion-perf: --sizes wants positive byte counts: '%s'\n", list);
                 exit(2);
             }
             s.push_back(b);
             p = *end == ',' ? end + 1 : end;
         }
     } else {
-        for (long long b = O.min; b <= O.max; b *= 2) s.push_back(b);
-        if (s.empty() || O.min <= 0 || (O.min & (O.min - 1))) {
-            fprintf(stderr, "dion-perf: --min %lld --max %lld: min must be a power of two >= 1 and <= max\n",
-                    O.min, O.max);
+        for (long long b = min; b > 0 && b <= max; b *= 2) s.push_back(b);
+        if (s.empty() || min <= 0 || (min & (min - 1))) {
+            fprintf(stderr, "dion-perf: min %lld, max %lld: min must be a power of two >= 1 and <= max\n",
+                    min, max);
             exit(2);
         }
     }
@@ -383,11 +221,38 @@ static void zero(void *p, size_t n)
         BENCH_CHECK_CUDA(cudaMemset(p, 0, n));
 }
 
+/* Window memory: GPU memory, or host memory (CPU mode, or --windows host on a GPU). */
+static int win_host_;
+
+static void win_to_host(void *dst, const void *src, size_t n)
+{
+    if (win_host_)
+        memcpy(dst, src, n);
+    else
+        to_host(dst, src, n);
+}
+
+static void win_to_dev(void *dst, const void *src, size_t n)
+{
+    if (win_host_)
+        memcpy(dst, src, n);
+    else
+        to_dev(dst, src, n);
+}
+
+static void win_zero(void *p, size_t n)
+{
+    if (win_host_)
+        memset(p, 0, n);
+    else
+        zero(p, n);
+}
+
 /* 1 when bytes at mem+dst are not peer's source bytes from src_off on (and says which). */
 static int check_landed(const char *mem, size_t dst, size_t src_off, size_t bytes, int peer, const char *what)
 {
     std::vector<unsigned char> h(bytes);
-    to_host(h.data(), mem + dst, bytes);
+    win_to_host(h.data(), mem + dst, bytes);
     for (size_t i = 0; i < bytes; i++)
         if (h[i] != bench_byte(peer, src_off + i)) {
             fprintf(stderr, "FAIL rank %d %s: byte %zu of %zu did not arrive (0x%02x, expected 0x%02x)\n",
@@ -404,64 +269,26 @@ static double host_ns(void)
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-/* Runs op on grid x threads (a kernel, or CPU threads) and returns its time in ns (events / host clock). */
+/* Runs op on grid x threads (a kernel of the chosen set, or CPU threads) and returns its time in ns (events /
+ * host clock). A launch that fails ends the run. */
 static double launch(int op, unsigned grid, unsigned threads, perf_args_t *a)
 {
     if (cpu_) {
-        void (*fn)(void *) = NULL;
-#define PC(o)                                                                                                \
-    case o:                                                                                                  \
-        fn = perf_cpu_entry<o>;                                                                              \
-        break
-        switch (op) {
-            PC(T_SIGNAL);
-            PC(T_SIGNAL_RELAXED);
-            PC(T_PS_THREAD);
-            PC(T_PS_WARP);
-            PC(T_PS_BLOCK);
-            PC(T_PQ_THREAD);
-            PC(T_PQ_WARP);
-            PC(T_PQ_BLOCK);
-            PC(T_GET_THREAD);
-            PC(T_GET_WARP);
-            PC(T_GET_BLOCK);
-            PC(T_FADD);
-            PC(T_BARRIER);
-            PC(T_BW);
-            PC(T_MSGRATE);
-        }
-#undef PC
         double t0 = host_ns();
-        OK(dion_cpu_launch(grid, threads, fn, a));
+        OK(dion_cpu_launch(grid, threads, perf_p2p::cpu_entry(op), a));
         return host_ns() - t0;
     }
     cudaEvent_t e0, e1;
     BENCH_CHECK_CUDA(cudaEventCreate(&e0));
     BENCH_CHECK_CUDA(cudaEventCreate(&e1));
     BENCH_CHECK_CUDA(cudaEventRecord(e0));
-#define GC(o)                                                                                                \
-    case o:                                                                                                  \
-        perf_kernel<o><<<grid, threads>>>(*a);                                                               \
-        break
-    switch (op) {
-        GC(T_SIGNAL);
-        GC(T_SIGNAL_RELAXED);
-        GC(T_PS_THREAD);
-        GC(T_PS_WARP);
-        GC(T_PS_BLOCK);
-        GC(T_PQ_THREAD);
-        GC(T_PQ_WARP);
-        GC(T_PQ_BLOCK);
-        GC(T_GET_THREAD);
-        GC(T_GET_WARP);
-        GC(T_GET_BLOCK);
-        GC(T_FADD);
-        GC(T_BARRIER);
-        GC(T_BW);
-        GC(T_MSGRATE);
+    cudaError_t e = proxy_kernels_ ? perf_proxy::gpu_launch(op, grid, threads, *a)
+                                   : perf_p2p::gpu_launch(op, grid, threads, *a);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "FAIL rank %d: launching dion-perf kernel %d (%s set) on %u x %u threads: %s\n",
+                rank_, op, proxy_kernels_ ? "proxy" : "p2p", grid, threads, cudaGetErrorString(e));
+        exit(1);
     }
-#undef GC
-    BENCH_CHECK_LAUNCH("a dion-perf kernel");
     BENCH_CHECK_CUDA(cudaEventRecord(e1));
     BENCH_CHECK_CUDA(cudaEventSynchronize(e1));
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
@@ -484,7 +311,7 @@ static void csv_row(const char *test, const char *group, long long bytes, const 
     }
     fseek(f, 0, SEEK_END);
     if (ftell(f) == 0) fprintf(f, "impl,label,test,group,bytes,metric,value\n");
-    fprintf(f, "dion,%s,%s,%s,%lld,%s,%.6g\n", O.label, test, group, bytes, metric, value);
+    fprintf(f, "%s,%s,%s,%s,%lld,%s,%.6g\n", impl_.c_str(), O.label, test, group, bytes, metric, value);
     fclose(f);
 }
 
@@ -573,16 +400,10 @@ static const char *transport_name(uint32_t t)
     }
 }
 
-/* Whether any peer of this handle is served by the proxy (a build without the proxy kind has none). */
+/* Whether some peer of this handle is served by the proxy (then the handle has rings and the flag). */
 static int has_proxy_peer(const dion_dev_t *dev)
 {
-#ifdef DION_DEVF_PROXY
-    for (int p = 0; p < dev->nranks && p < DION_DEV_INLINE_PEERS; p++)
-        if (dev->peer_inline[p].transport == DION_TRANSPORT_PROXY) return 1;
-#else
-    (void)dev;
-#endif
-    return 0;
+    return (dev->flags & DION_DEVF_PROXY) != 0;
 }
 
 /* The sum of v over all ranks. */
@@ -639,32 +460,78 @@ int main(int argc, char **argv)
     }
     /* defaults: GPU runs as p2p_bench does; CPU mode is for checking, small and short */
     if (O.max < 0) O.max = cpu_ ? 4096 : 1048576;
-    if (O.iters < 0) O.iters = cpu_ ? 200 : 10000;
-    if (O.warmup < 0) O.warmup = O.iters / 10;
-    if (O.reps < 0) O.reps = cpu_ ? 5 : 20;
-    if (O.block_threads < 0) O.block_threads = cpu_ ? 8 : 1024;
-    if (O.iters < 1 || O.warmup < 0 || O.reps < 1 || O.block_threads < 1 || O.block_threads > 1024) {
-        fprintf(stderr, "dion-perf: --iters, --reps >= 1, --warmup >= 0, --block-threads 1..1024\n");
-        return 2;
-    }
-    std::vector<long long> sizes = size_list();
-    long long maxb = *std::max_element(sizes.begin(), sizes.end());
+    if (O.bw_min < 0) O.bw_min = O.min;
+    if (O.bw_max < 0) O.bw_max = O.max;
+    std::vector<long long> sizes = size_list(O.min, O.max, O.sizes);
+    std::vector<long long> bw_sizes =
+        O.sizes && O.bw_min == O.min && O.bw_max == O.max ? sizes : size_list(O.bw_min, O.bw_max, NULL);
+    long long maxb = std::max(*std::max_element(sizes.begin(), sizes.end()),
+                              *std::max_element(bw_sizes.begin(), bw_sizes.end()));
     const int msg_words = cpu_ ? 512 : 65536; /* 4 KiB / 512 KiB of distinct 8-byte targets */
     size_t area = std::max((size_t)maxb, (size_t)msg_words * 8);
     area = (area + 4095) / 4096 * 4096;
     size_t win_bytes = 2 * area + 4096;
 
+    /* Window memory. auto: GPU memory, and host memory where the proxy's engine cannot register GPU memory
+     * (libfabric's tcp provider: no FI_HMEM); the registration is collective and fails on every rank alike.
+     */
     char *base = NULL;
     dion_win_t win;
-    setup_ok(dion_win_alloc(comm, win_bytes, cpu_, (void **)&base, &win), "dion_win_alloc");
-    dion_dev_attr_t attr = {64, 1, 0, cpu_ ? DION_DEV_FLAG_CPU : 0u};
+    if (strcmp(O.windows, "auto") && strcmp(O.windows, "gpu") && strcmp(O.windows, "host")) usage(argv[0]);
+    win_host_ = cpu_ || !strcmp(O.windows, "host");
+    std::string win_note = win_host_ ? "host memory" : "GPU memory";
+    dion_status_t ws = dion_win_alloc(comm, win_bytes, win_host_, (void **)&base, &win);
+    if (ws != DION_SUCCESS && !win_host_ && !strcmp(O.windows, "auto") && strcmp(O.transport, "p2p")) {
+        win_note = std::string("host memory (GPU memory refused: ") + dion_last_error() + ")";
+        win_host_ = 1;
+        ws = dion_win_alloc(comm, win_bytes, 1, (void **)&base, &win);
+    }
+    setup_ok(ws, "dion_win_alloc");
+    /* contexts: the proxy gives each a command ring, and spreads the blocks of msgrate and put_bw over them
+     */
+    dion_dev_attr_t attr = {64, PERF_CONTEXTS, 0, cpu_ ? DION_DEV_FLAG_CPU : 0u};
     dion_dev_t dev;
     setup_ok(dion_dev_create(comm, &attr, &dev), "dion_dev_create");
     check_transport(&dev);
+    int any_proxy = 0;
+    OK(sum_all(has_proxy_peer(&dev), &any_proxy));
+    if (!strcmp(O.kernels, "auto"))
+        proxy_kernels_ = has_proxy_peer(&dev);
+    else if (!strcmp(O.kernels, "proxy"))
+        proxy_kernels_ = 1;
+    else if (!strcmp(O.kernels, "p2p") && !has_proxy_peer(&dev))
+        proxy_kernels_ = 0;
+    else if (!strcmp(O.kernels, "p2p")) {
+        fprintf(stderr,
+                "dion-perf: --kernels p2p, but rank %d reaches a peer through the proxy: those kernels "
+                "lack the proxy's device half (use auto or proxy)\n",
+                rank_);
+        return 2;
+    } else
+        usage(argv[0]);
+    if (cpu_) proxy_kernels_ = 0; /* CPU mode runs the host pass of the bodies, which has both halves */
+    /* the CSV's impl: one line per transport and provider in plot.py */
+    if (O.impl) {
+        impl_ = O.impl;
+    } else if (any_proxy) {
+        const char *prov = getenv("DION_OFI_PROVIDER");
+        impl_ = std::string("dion-proxy") + (prov && *prov ? std::string("-") + prov : std::string());
+        if (win_host_ && !cpu_) impl_ += "-hostwin";
+    }
+    /* The proxy's rows take microseconds to tens of them per operation (tcp): fewer rounds by default. */
+    if (O.iters < 0) O.iters = cpu_ ? 200 : any_proxy ? 1000 : 10000;
+    if (O.warmup < 0) O.warmup = O.iters / 10;
+    if (O.reps < 0) O.reps = cpu_ ? 5 : any_proxy ? 5 : 20;
+    const unsigned kmax = cpu_ ? 1024u : proxy_kernels_ ? perf_proxy::block_max() : perf_p2p::block_max();
+    if (O.block_threads < 0) O.block_threads = cpu_ ? 8 : (int)kmax;
+    if (O.iters < 1 || O.warmup < 0 || O.reps < 1 || O.block_threads < 1 || O.block_threads > (int)kmax) {
+        fprintf(stderr, "dion-perf: --iters, --reps >= 1, --warmup >= 0, --block-threads 1..%u\n", kmax);
+        return 2;
+    }
     {
         std::vector<unsigned char> src(area);
         for (size_t i = 0; i < area; i++) src[i] = bench_byte(rank_, i);
-        to_dev(base, src.data(), area);
+        win_to_dev(base, src.data(), area);
     }
     unsigned long long *status = (unsigned long long *)buf_alloc(64);
     uint64_t *times = (uint64_t *)buf_alloc(sizeof(uint64_t) * (size_t)O.iters);
@@ -678,6 +545,10 @@ int main(int argc, char **argv)
         printf("# dion-perf: %d ranks, %s, transport %s (peer 1: %s), iters %d, warm-up %d\n", nranks_,
                cpu_ ? "CPU mode (host clock)" : prop.name, O.transport,
                transport_name(dev.peer_inline[1].transport), O.iters, O.warmup);
+        printf("# impl %s, windows in %s, kernels %s\n", impl_.c_str(), win_note.c_str(),
+               cpu_             ? "CPU threads"
+               : proxy_kernels_ ? "with the proxy's device half (DION_DEVICE_BACKENDS=3)"
+                                : "p2p device half alone");
         header();
     }
 
@@ -707,7 +578,7 @@ int main(int argc, char **argv)
         base_value += (uint64_t)(iters + a.warmup);
         unsigned threads = !strcmp(group, "block") ? bt : !strcmp(group, "warp") ? wt : 1;
         OK(dion_comm_barrier(comm));
-        zero(base + area, area + 4096);
+        win_zero(base + area, area + 4096);
         zero(status, 64);
         zero(times, sizeof(uint64_t) * (size_t)iters);
         OK(dion_comm_barrier(comm));
@@ -727,7 +598,7 @@ int main(int argc, char **argv)
             bad = check_landed(base, area, 0, (size_t)bytes, 1, test);
         if (!bad && op == T_FADD && rank_ == 1) {
             uint64_t w;
-            to_host(&w, base + 2 * area, 8);
+            win_to_host(&w, base + 2 * area, 8);
             if (w != (uint64_t)(iters + a.warmup)) {
                 fprintf(stderr, "FAIL rank 1 fetch_add: the word holds %llu, expected %d\n",
                         (unsigned long long)w, iters + a.warmup);
@@ -775,8 +646,11 @@ int main(int argc, char **argv)
     for (int bidir = 0; bidir < 2; bidir++) {
         if (!wants(bidir ? "put_bw_bidir" : "put_bw")) continue;
         const char *test = bidir ? "put_bw_bidir" : "put_bw";
-        for (long long b : sizes) {
-            unsigned blocks = cpu_ ? 2 : (unsigned)nsm * 4, threads = cpu_ ? bt : 512;
+        for (long long b : bw_sizes) {
+            /* p2p: every SM copies. The proxy: one command per block and round, each block on its own
+             * context (ring), so that the proxy sees a few large puts rather than thousands of small ones. */
+            unsigned blocks = cpu_ ? 2 : proxy_kernels_ ? PERF_CONTEXTS : (unsigned)nsm * 4;
+            unsigned threads = cpu_ ? bt : proxy_kernels_ ? 32 : 512;
             size_t chunk = ((size_t)b / blocks + 4095) / 4096 * 4096;
             if (chunk == 0) chunk = 4096;
             unsigned used = (unsigned)std::min<size_t>(blocks, ((size_t)b + chunk - 1) / chunk);
@@ -786,7 +660,7 @@ int main(int argc, char **argv)
             std::vector<double> us;
             for (int rep = 0; rep <= O.reps; rep++) {
                 OK(dion_comm_barrier(comm));
-                zero(base + area, (size_t)b);
+                win_zero(base + area, (size_t)b);
                 zero(status, 64);
                 OK(dion_comm_barrier(comm));
                 double ns = 0;
@@ -811,19 +685,23 @@ int main(int argc, char **argv)
         }
     }
 
-    /* message rate: 8-byte puts from 1, 8 and all SMs (CPU mode: 1, 2 and 4 blocks) */
+    /* message rate: 8-byte puts from 1, 8 and all SMs (CPU mode: 1, 2 and 4 blocks). Through the proxy every
+     * put is a command: 64 threads per block, blocks spread over the contexts' rings, and about 16 Ki
+     * commands per grid (a thread posts 4 to 256), so that each of the three takes about as long. */
     if (wants("msgrate")) {
-        const unsigned grids[3] = {1, cpu_ ? 2u : 8u, cpu_ ? 4u : (unsigned)nsm * 2};
+        const unsigned grids[3] = {1, cpu_ ? 2u : 8u, cpu_ ? 4u : (unsigned)nsm * (proxy_kernels_ ? 1 : 2)};
         const char *names[3] = {"put8_msgrate_1sm", "put8_msgrate_8sm", "put8_msgrate_allsm"};
         for (int k = 0; k < 3; k++) {
-            unsigned threads = cpu_ ? 4 : 256;
+            unsigned threads = cpu_ ? 4 : proxy_kernels_ ? 64 : 256;
             a.per_thread = cpu_ ? 64 : 256;
+            if (proxy_kernels_)
+                a.per_thread = (int)std::min(256u, std::max(4u, 16384u / (grids[k] * threads)));
             a.nthreads = (size_t)grids[k] * threads;
             a.msg_words = (int)std::min<size_t>(a.nthreads * (size_t)a.per_thread, (size_t)msg_words);
             std::vector<double> us;
             for (int rep = 0; rep <= O.reps; rep++) {
                 OK(dion_comm_barrier(comm));
-                zero(base + area, (size_t)a.msg_words * 8);
+                win_zero(base + area, (size_t)a.msg_words * 8);
                 zero(status, 64);
                 OK(dion_comm_barrier(comm));
                 double ns = rank_ == 0 ? launch(T_MSGRATE, grids[k], threads, &a) : 0;
@@ -835,7 +713,7 @@ int main(int argc, char **argv)
             int bad = st[0] || dion_dev_check(comm, &dev) != DION_SUCCESS;
             if (!bad && rank_ == 1) { /* every word: the sender's source word (word % 1024) */
                 std::vector<uint64_t> got(a.msg_words), src(1024);
-                to_host(got.data(), base + area, got.size() * 8);
+                win_to_host(got.data(), base + area, got.size() * 8);
                 for (size_t i = 0; i < 1024 * 8; i++) ((unsigned char *)src.data())[i] = bench_byte(0, i);
                 for (int w = 0; w < a.msg_words && !bad; w++)
                     if (got[w] != src[w % 1024]) {
@@ -855,14 +733,15 @@ int main(int argc, char **argv)
         }
     }
 
-    /* The proxy's pickup latency (GPU command to proxy thread): a hook for the proxy transport. With a proxy
-     * peer it times 8 B put + quiet through the proxy (pickup, execution and completion);
-     * perf/proxy_ring_bench measures the ring alone. */
+    /* The proxy's pickup (perf_pickup): a command into the ring, the proxy takes and completes it, the poster
+     * sees the completion; one-way = half that round trip. No network: put_quiet 8 B adds the engine's. */
     if (wants("proxy_pickup")) {
-        if (!has_proxy_peer(&dev))
-            skipped("proxy_pickup", "proxy transport not in this build");
+        int r0 = has_proxy_peer(&dev); /* rank 0 posts into its own ring: it needs one */
+        OK(dion_comm_bcast(comm, &r0, sizeof r0, 0));
+        if (!r0)
+            skipped("proxy_pickup", "no peer of rank 0 is served by the proxy");
         else
-            latency_row("proxy_pickup", "thread", T_PQ_THREAD, 8, 2, "latency_us", 1.0);
+            latency_row("proxy_pickup", "thread", T_PICKUP, 0, 2, "oneway_us", 0.5);
     }
 
     int all_fail = 0;

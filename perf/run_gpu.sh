@@ -2,8 +2,8 @@
 # Builds DION for sm_90 and runs, on the GPU machine, in one go: the gpu-labelled tests (ranks sharing GPU 0
 # under MPS; one rank per GPU where there are several), compute-sanitizer (memcheck, racecheck), and the
 # benchmarks of DION, NVSHMEM and NCCL's LSA device API side by side; on request (STEPS) the proxy ring's
-# pickup latency, scripts/setup.sh run from a fresh copy, and p2p_bench under plain mpirun. Logs and CSV go
-# to $OUT.
+# pickup latency, dion-perf through p2p and the proxy side by side (proxy), scripts/setup.sh run from a fresh
+# copy, and p2p_bench under plain mpirun. Logs and CSV go to $OUT.
 # Every step is bounded by its own timeout so that one hang cannot eat the whole run.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -118,6 +118,32 @@ if want perf; then # issue 10: dion-perf, every test at its default sizes, next 
     --csv "$OUT/perf.csv" --label 1gpu-mps
   [ "$NGPU" -ge 2 ] && run dion_perf_2gpu 240 $B/dionrun -n 2 --timeout 230 $B/perf/dion-perf --csv "$OUT/perf.csv" \
     --label 2gpu-nvlink
+fi
+if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi shm, ofi tcp) side by side, one CSV
+  # proxy.csv's impl column names transport and provider: dion (p2p), dion-proxy-shm, dion-proxy-tcp[-hostwin]
+  # (tcp cannot register GPU memory: its windows are host memory), dion-ring (perf/proxy_ring_bench: the ring
+  # alone, no ranks). Labels: 1gpu-mps (2 ranks under MPS), 2gpu (one rank per GPU). Proxy threads never nap
+  # here (DION_PROXY_SPIN=10s), so that the rows measure the proxy, not its idle back-off.
+  PCSV="$OUT/proxy.csv"
+  PT=(--tests signal,put_signal,put_quiet,fetch_add,proxy_pickup,put_bw,msgrate --sizes 8,4096,65536
+      --bw-min 1048576 --bw-max 268435456 --reps 3)
+  CUDA_VISIBLE_DEVICES=0 run proxy_ring_1gpu 30 $B/perf/proxy_ring_bench --tests pickup,ref --iters 5000 \
+    --warmup 500 --csv "$PCSV" --label 1gpu-mps
+  for where in 1gpu-mps 2gpu; do
+    if [ $where = 1gpu-mps ]; then DR=($B/dionrun -n 2 --mps --timeout 40); VIS=0
+    else [ "$NGPU" -ge 2 ] || continue; DR=($B/dionrun -n 2 --timeout 40); VIS=0,1; fi
+    CUDA_VISIBLE_DEVICES=$VIS run proxy_p2p_$where 45 "${DR[@]}" $B/perf/dion-perf --transport p2p "${PT[@]}" \
+      --iters 2000 --csv "$PCSV" --label $where
+    for prov in shm tcp; do # tcp: host windows at once (GPU memory is refused); shm: GPU memory where it has FI_HMEM
+      W=auto; [ $prov = tcp ] && W=host
+      CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=$prov DION_PROXY_SPIN=10s run proxy_${prov}_$where 45 "${DR[@]}" \
+        $B/perf/dion-perf --transport proxy "${PT[@]}" --iters 300 --windows $W --csv "$PCSV" --label $where
+    done
+  done
+  grep -hE "^# impl|^# (ok|FAIL)|^proxy_pickup|^put_signal_pingpong +thread +8 |^put8_msgrate" "$OUT"/proxy_*.log \
+    | tee -a "$OUT/steps.log"
+  python3 perf/check_csv.py "$PCSV" put_signal_pingpong,put_quiet,proxy_pickup,put_bw,put8_msgrate_allsm \
+    | tee -a "$OUT/steps.log"
 fi
 log "done"
 # at most 8 files come back: keep the CSVs and the step log apart, pack the rest

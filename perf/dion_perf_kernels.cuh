@@ -1,0 +1,319 @@
+/* dion-perf's kernel bodies, compiled twice: by dion_perf.cu with the p2p device half alone (GPU code's
+ * default; its host pass, the CPU-mode bodies, has both halves) and by dion_perf_proxy.cu with
+ * DION_DEVICE_BACKENDS=3 for runs where some peer is served by the proxy. The p2p-only kernels are then
+ * exactly what they were before the proxy existed, and the proxy's dispatch costs them nothing. Each
+ * translation unit defines PERF_NS (its namespace), PERF_BLOCK_MAX and PERF_RATE_MAX (launch bounds, see
+ * perf_max_threads) before including this.
+ *
+ * Bodies are __host__ __device__: on a GPU they run as kernels and latency rows are timed per iteration with
+ * %globaltimer; in CPU mode the same bodies run on CPU threads (dion_cpu_launch). */
+#include "dion/dion_device.cuh"
+
+/* Bodies take the arguments by value and are inlined into the kernel, so that they stay in the parameter bank
+ * (as p2p_bench passes the handle). */
+#define PERF_HD __host__ __device__ __forceinline__
+
+#ifndef DION_PERF_KERNEL_TYPES
+#define DION_PERF_KERNEL_TYPES
+/* ---- what runs (the same in both translation units) ---- */
+
+enum {
+    T_SIGNAL,
+    T_SIGNAL_RELAXED,
+    T_PS_THREAD,
+    T_PS_WARP,
+    T_PS_BLOCK,
+    T_PQ_THREAD,
+    T_PQ_WARP,
+    T_PQ_BLOCK,
+    T_GET_THREAD,
+    T_GET_WARP,
+    T_GET_BLOCK,
+    T_FADD,
+    T_BARRIER,
+    T_BW,
+    T_MSGRATE,
+    T_PICKUP
+};
+
+/* Window layout: sources at 0, landing area at dst, the fetch-add word at fadd. */
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    size_t bytes, dst, fadd;
+    int iters, warmup, peer;
+    uint64_t base;              /* signal values continue from here, so that no run sees stale ones */
+    uint64_t *times;            /* [iters] per-iteration durations (ns), written by the timing thread */
+    unsigned long long *status; /* [0]: nonzero when a device call failed; [1]: data errors */
+    size_t chunk, stride;       /* put_bw: bytes per block and round, and chunks per round */
+    size_t nthreads;            /* msgrate: threads in the grid */
+    int per_thread, msg_words;  /* msgrate: 8 B puts per thread, distinct words in the landing area */
+} perf_args_t;
+#endif
+
+namespace PERF_NS
+{
+
+/* The proxy spreads blocks over contexts (a command ring each); p2p keeps context 0, as before. */
+#if DION__HAS_PROXY
+#define PERF_BLOCK_CTX(dev) dion_ctx(dev, dion__block_index())
+#else
+#define PERF_BLOCK_CTX(dev) dion_ctx(dev, 0)
+#endif
+
+static PERF_HD int perf_group_of(int op)
+{
+    switch (op) {
+    case T_PS_WARP:
+    case T_PQ_WARP:
+    case T_GET_WARP:
+        return DION__WARP;
+    case T_PS_BLOCK:
+    case T_PQ_BLOCK:
+    case T_GET_BLOCK:
+        return DION__BLOCK;
+    default:
+        return DION__THREAD;
+    }
+}
+
+static PERF_HD int perf_failed(const perf_args_t &a)
+{
+    return *(volatile const unsigned long long *)&a.status[0] != 0;
+}
+
+static PERF_HD void perf_fail(const perf_args_t &a)
+{
+    *(volatile unsigned long long *)&a.status[0] = 1;
+}
+
+/* Ping-pong between ranks 0 and 1 on signal 0 (signal or put_signal of one group). */
+template <int op> static PERF_HD void perf_pingpong(const perf_args_t a)
+{
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    const int initiator = a.dev.rank == 0, peer = a.peer, g = perf_group_of(op);
+    const uint32_t tid = dion__block_thread();
+    const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
+    uint64_t t0 = 0, prev = 0;
+    for (int i = 1; i <= a.warmup + a.iters; i++) {
+        uint64_t v = a.base + (uint64_t)i;
+        if (i == a.warmup + 1 && tid == 0) t0 = prev = dion__time_ns();
+        for (int half = 0; half < 2; half++) {
+            if ((half == 0) == initiator) {
+                if (!in_group) continue;
+                if (op == T_SIGNAL)
+                    dion_signal(c, peer, 0, DION_SIG_SET, v);
+                else if (op == T_SIGNAL_RELAXED)
+                    dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
+                else if (op == T_PS_THREAD)
+                    dion_put_signal(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
+                else if (op == T_PS_WARP)
+                    dion_put_signal_warp(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
+                else
+                    dion_put_signal_block(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
+            } else {
+                if (tid == 0 && dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) perf_fail(a);
+                if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
+                if (perf_failed(a)) return; /* the host sees the error record too */
+            }
+        }
+        if (initiator && tid == 0 && i > a.warmup) {
+            uint64_t now = dion__time_ns();
+            a.times[i - a.warmup - 1] = now - prev;
+            prev = now;
+        }
+    }
+    (void)t0;
+}
+
+/* One-sided rounds timed on rank 0: put+quiet, get(+quiet), fetch-add; barrier on every rank. */
+template <int op> static PERF_HD void perf_rounds(const perf_args_t a)
+{
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    const int peer = a.peer, g = perf_group_of(op);
+    const uint32_t tid = dion__block_thread();
+    const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
+    uint64_t prev = 0;
+    for (int i = 0; i < a.warmup + a.iters; i++) {
+        if (i == a.warmup && tid == 0) prev = dion__time_ns();
+        if (in_group) {
+            if (op == T_PQ_THREAD) dion_put(c, a.win, peer, a.dst, a.win, 0, a.bytes);
+            if (op == T_PQ_WARP) dion_put_warp(c, a.win, peer, a.dst, a.win, 0, a.bytes);
+            if (op == T_PQ_BLOCK) dion_put_block(c, a.win, peer, a.dst, a.win, 0, a.bytes);
+            if (op == T_GET_THREAD) dion_get(c, a.win, a.dst, a.win, peer, 0, a.bytes);
+            if (op == T_GET_WARP) dion_get_warp(c, a.win, a.dst, a.win, peer, 0, a.bytes);
+            if (op == T_GET_BLOCK) dion_get_block(c, a.win, a.dst, a.win, peer, 0, a.bytes);
+        }
+        if (tid == 0) {
+            if (op == T_FADD) {
+                uint64_t old = dion_atomic_fetch_add(c, a.win, peer, a.fadd, 1);
+                if (old != (uint64_t)i) a.status[1]++; /* the word counts every round, from 0 */
+            } else if (op == T_BARRIER) {
+                if (dion_barrier(c) != DION_SUCCESS) perf_fail(a);
+            } else if (dion_quiet(c) != DION_SUCCESS) {
+                perf_fail(a);
+            }
+        }
+        if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
+        if (perf_failed(a)) return;
+        if (tid == 0 && i >= a.warmup) {
+            uint64_t now = dion__time_ns();
+            a.times[i - a.warmup] = now - prev;
+            prev = now;
+        }
+    }
+}
+
+/* Bandwidth: the blocks split bytes into chunks, each a dion_put_block; then each block quiets. */
+static PERF_HD void perf_bw(const perf_args_t a)
+{
+    dion_ctx_t c = PERF_BLOCK_CTX(a.dev);
+    for (size_t off = dion__block_index() * a.chunk; off < a.bytes; off += a.stride * a.chunk) {
+        size_t n = a.bytes - off < a.chunk ? a.bytes - off : a.chunk;
+        dion_put_block(c, a.win, a.peer, a.dst + off, a.win, off, n);
+    }
+    if (dion__block_thread() == 0 && dion_quiet(c) != DION_SUCCESS) perf_fail(a);
+}
+
+/* Message rate: every thread issues per_thread 8-byte puts to distinct words, then one quiet per block. */
+static PERF_HD void perf_msgrate(const perf_args_t a)
+{
+    dion_ctx_t c = PERF_BLOCK_CTX(a.dev);
+    size_t nt = a.nthreads;
+    size_t t = (size_t)dion__block_index() * dion__block_size() + dion__block_thread();
+    for (int i = 0; i < a.per_thread; i++) {
+        size_t word = (t + (size_t)i * nt) % (size_t)a.msg_words;
+        dion_put(c, a.win, a.peer, a.dst + word * 8, a.win, (word % 1024) * 8, 8);
+    }
+    dion__group_sync(DION__BLOCK);
+    if (dion__block_thread() == 0 && dion_quiet(c) != DION_SUCCESS) perf_fail(a);
+}
+
+/* The proxy's pickup, one thread: post a FENCE into context 0's ring (nothing is in flight, so the proxy
+ * completes it as soon as it takes it, touching no network) and poll the ring's completion counter until it
+ * passes the command; each round trip is timed. One-way (reported) = half of it: the command's way to the
+ * proxy thread (GPU stores over PCIe, seen by the proxy's polling) plus the completion's way back (the
+ * proxy's store, seen by the GPU's polling reads), the same halving as proxy_ring_bench's flag echo. The
+ * tickets must come one after another (nobody else posts to this ring): a command taken twice or lost would
+ * show. */
+static PERF_HD void perf_pickup(const perf_args_t a)
+{
+#if DION__HAS_PROXY
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    const dion_proxy_ring_dev_t *r = dion__ctx_ring(&c);
+    uint64_t prev = 0, last = 0;
+    for (int i = 0; i < a.warmup + a.iters; i++) {
+        if (i == a.warmup) prev = dion__time_ns();
+        dion_proxy_cmd_t cmd = dion__proxy_cmd(DION_PROXY_OP_FENCE, -1);
+        uint64_t t = 0;
+        if (dion__proxy_post(r, &cmd, a.dev.wait_timeout_ns, &t, NULL) != DION_SUCCESS ||
+            dion__proxy_wait_complete(r, t, a.dev.wait_timeout_ns, NULL) != DION_SUCCESS) {
+            perf_fail(a);
+            return;
+        }
+        if (i && t != last + 1) a.status[1]++;
+        last = t;
+        if (i >= a.warmup) {
+            uint64_t now = dion__time_ns();
+            a.times[i - a.warmup] = now - prev;
+            prev = now;
+        }
+    }
+#else
+    perf_fail(a); /* never launched: the host picks these kernels only when no peer is served by the proxy */
+#endif
+}
+
+template <int op> static PERF_HD void perf_body(const perf_args_t a)
+{
+    if (op <= T_PS_BLOCK)
+        perf_pingpong<op>(a);
+    else if (op <= T_BARRIER)
+        perf_rounds<op>(a);
+    else if (op == T_BW)
+        perf_bw(a);
+    else if (op == T_MSGRATE)
+        perf_msgrate(a);
+    else
+        perf_pickup(a);
+}
+
+/* Launch bounds, matching the launches: the block rows' kernels take up to PERF_BLOCK_MAX threads, put_bw's
+ * and msgrate's up to PERF_RATE_MAX, the others at most a warp (so they get registers as p2p_bench's do). */
+template <int op> struct perf_max_threads {
+    enum {
+        value = op == T_PS_BLOCK || op == T_PQ_BLOCK || op == T_GET_BLOCK ? PERF_BLOCK_MAX
+                : op == T_BW || op == T_MSGRATE                           ? PERF_RATE_MAX
+                                                                          : 32
+    };
+};
+
+template <int op> __global__ void __launch_bounds__(perf_max_threads<op>::value, 1) perf_kernel(perf_args_t a)
+{
+    perf_body<op>(a);
+}
+
+template <int op> static void perf_cpu_entry(void *p)
+{
+    perf_body<op>(*(const perf_args_t *)p);
+}
+
+#define PERF_FOR_EACH_OP(X)                                                                                  \
+    X(T_SIGNAL);                                                                                             \
+    X(T_SIGNAL_RELAXED);                                                                                     \
+    X(T_PS_THREAD);                                                                                          \
+    X(T_PS_WARP);                                                                                            \
+    X(T_PS_BLOCK);                                                                                           \
+    X(T_PQ_THREAD);                                                                                          \
+    X(T_PQ_WARP);                                                                                            \
+    X(T_PQ_BLOCK);                                                                                           \
+    X(T_GET_THREAD);                                                                                         \
+    X(T_GET_WARP);                                                                                           \
+    X(T_GET_BLOCK);                                                                                          \
+    X(T_FADD);                                                                                               \
+    X(T_BARRIER);                                                                                            \
+    X(T_BW);                                                                                                 \
+    X(T_MSGRATE);                                                                                            \
+    X(T_PICKUP)
+
+/* Launches op's kernel on the current stream; the launch's own error (cudaGetLastError), else cudaSuccess. */
+cudaError_t gpu_launch(int op, unsigned grid, unsigned threads, const perf_args_t &a)
+{
+#define PERF_GC(o)                                                                                           \
+    case o:                                                                                                  \
+        perf_kernel<o><<<grid, threads>>>(a);                                                                \
+        break
+    switch (op) {
+        PERF_FOR_EACH_OP(PERF_GC);
+    }
+#undef PERF_GC
+    return cudaGetLastError();
+}
+
+/* The largest block the block rows' kernels take, and put_bw's and msgrate's. */
+unsigned block_max(void)
+{
+    return PERF_BLOCK_MAX;
+}
+
+unsigned rate_max(void)
+{
+    return PERF_RATE_MAX;
+}
+
+#ifdef PERF_CPU_ENTRIES
+/* op's body for dion_cpu_launch. */
+void (*cpu_entry(int op))(void *)
+{
+#define PERF_CC(o)                                                                                           \
+    case o:                                                                                                  \
+        return perf_cpu_entry<o>
+    switch (op) {
+        PERF_FOR_EACH_OP(PERF_CC);
+    }
+#undef PERF_CC
+    return nullptr;
+}
+#endif
+
+} // namespace PERF_NS
