@@ -38,6 +38,7 @@ typedef struct {
     const char *impl = NULL, *kernels = "auto", *windows = "auto";
     long long min = 8, max = -1, thread_max = 4096, bw_min = -1, bw_max = -1;
     int iters = -1, warmup = -1, reps = -1, block_threads = -1;
+    double row_seconds = 5;
 } perf_opts_t;
 
 static perf_opts_t O;
@@ -72,10 +73,14 @@ static void usage(const char *argv0)
         "  --min B --max B   sizes: powers of two from min to max   --sizes B,B,...   --thread-max B\n"
         "  --bw-min B --bw-max B  sizes of the bandwidth rows (default: as --min/--max)\n"
         "  --iters N --warmup N   timed and untimed rounds of latency rows   --reps N (bw, msgrate)\n"
+        "  --row-seconds S   bw and msgrate rows stop repeating after S s (at least one timed run; 0: no\n"
+        "                    limit; default 5)\n"
         "  --csv FILE --label L   append CSV rows (impl,label,test,group,bytes,metric,value)\n"
         "  --impl NAME       the CSV's impl column (default: dion when every peer is p2p, else\n"
         "                    dion-proxy-$DION_OFI_PROVIDER, with -hostwin when windows are host memory)\n"
         "  --kernels KIND    auto (the p2p-only kernels unless a peer is served by the proxy), p2p, proxy\n"
+        "                    (DION_DEVICE_BACKENDS=3 kernels; put_bw and msgrate then take the proxy's "
+        "shapes)\n"
         "  --windows KIND    auto (GPU memory; host memory where the proxy's engine refuses GPU memory),\n"
         "                    gpu, host\n",
         argv0, ALL_TESTS);
@@ -126,6 +131,8 @@ static void parse(int argc, char **argv)
             O.reps = atoi(v);
         else if (!strcmp(a, "--block-threads"))
             O.block_threads = atoi(v);
+        else if (!strcmp(a, "--row-seconds"))
+            O.row_seconds = atof(v);
         else if (!strcmp(a, "--bw-min"))
             O.bw_min = atoll(v);
         else if (!strcmp(a, "--bw-max"))
@@ -139,6 +146,8 @@ static void parse(int argc, char **argv)
         else
             usage(argv[0]);
     }
+    if (!bench_in_list("auto,p2p,proxy", O.kernels) || !bench_in_list("auto,gpu,host", O.windows))
+        usage(argv[0]);
     if (O.tests.empty()) O.tests = ALL_TESTS;
     if (O.tests.find("completion") != std::string::npos) O.tests += ",put_quiet"; /* p2p_bench's name */
     if (bench_in_list(O.tests.c_str(), "pickup")) O.tests += ",proxy_pickup";
@@ -351,6 +360,16 @@ static void skipped(const char *test, const char *why)
     if (rank_ == 0) printf("%-22s skipped: %s\n", test, why);
 }
 
+/* Whether a repeated row (put_bw, msgrate) has had its time: after at least one timed run, once rank 0's
+ * runs took --row-seconds (a slow transport then cannot eat a whole benchmark call). Collective. */
+static int row_done(double *spent_ns, double ns, int rep)
+{
+    *spent_ns += ns;
+    int done = rep >= 1 && O.row_seconds > 0 && *spent_ns > O.row_seconds * 1e9;
+    OK(dion_comm_bcast(comm, &done, sizeof done, 0));
+    return done;
+}
+
 /* ---- transports ---- */
 
 /* Sets the environment before init: DION_CPU_MODE for cpu, DION_TRANSPORT otherwise. */
@@ -477,7 +496,6 @@ int main(int argc, char **argv)
      */
     char *base = NULL;
     dion_win_t win;
-    if (strcmp(O.windows, "auto") && strcmp(O.windows, "gpu") && strcmp(O.windows, "host")) usage(argv[0]);
     win_host_ = cpu_ || !strcmp(O.windows, "host");
     std::string win_note = win_host_ ? "host memory" : "GPU memory";
     dion_status_t ws = dion_win_alloc(comm, win_bytes, win_host_, (void **)&base, &win);
@@ -501,14 +519,13 @@ int main(int argc, char **argv)
         proxy_kernels_ = 1;
     else if (!strcmp(O.kernels, "p2p") && !has_proxy_peer(&dev))
         proxy_kernels_ = 0;
-    else if (!strcmp(O.kernels, "p2p")) {
+    else if (!strcmp(O.kernels, "p2p") && !cpu_) {
         fprintf(stderr,
                 "dion-perf: --kernels p2p, but rank %d reaches a peer through the proxy: those kernels "
                 "lack the proxy's device half (use auto or proxy)\n",
                 rank_);
         return 2;
-    } else
-        usage(argv[0]);
+    }
     if (cpu_) proxy_kernels_ = 0; /* CPU mode runs the host pass of the bodies, which has both halves */
     /* the CSV's impl: one line per transport and provider in plot.py */
     if (O.impl) {
@@ -642,6 +659,17 @@ int main(int argc, char **argv)
         latency_row(name, "thread", T_BARRIER, 0, 3, "latency_us", 1.0);
     }
 
+    /* The proxy's pickup (perf_pickup): a command into the ring, the proxy takes and completes it, the poster
+     * sees the completion; one-way = half that round trip. No network: put_quiet 8 B adds the engine's. */
+    if (wants("proxy_pickup")) {
+        int r0 = has_proxy_peer(&dev); /* rank 0 posts into its own ring: it needs one */
+        OK(dion_comm_bcast(comm, &r0, sizeof r0, 0));
+        if (!r0)
+            skipped("proxy_pickup", "no peer of rank 0 is served by the proxy");
+        else
+            latency_row("proxy_pickup", "thread", T_PICKUP, 0, 2, "oneway_us", 0.5);
+    }
+
     /* bandwidth: uni (rank 0 -> 1) and bidirectional (both at once), one timed launch per repetition */
     for (int bidir = 0; bidir < 2; bidir++) {
         if (!wants(bidir ? "put_bw_bidir" : "put_bw")) continue;
@@ -658,6 +686,7 @@ int main(int argc, char **argv)
             a.chunk = chunk;
             a.stride = used;
             std::vector<double> us;
+            double spent = 0;
             for (int rep = 0; rep <= O.reps; rep++) {
                 OK(dion_comm_barrier(comm));
                 win_zero(base + area, (size_t)b);
@@ -666,6 +695,7 @@ int main(int argc, char **argv)
                 double ns = 0;
                 if (rank_ == 0 || (bidir && rank_ == 1)) ns = launch(T_BW, used, threads, &a);
                 if (rep) us.push_back(ns / 1000.0); /* the first one warms up */
+                if (row_done(&spent, ns, rep)) break;
             }
             OK(dion_comm_barrier(comm));
             unsigned long long st[2];
@@ -699,6 +729,7 @@ int main(int argc, char **argv)
             a.nthreads = (size_t)grids[k] * threads;
             a.msg_words = (int)std::min<size_t>(a.nthreads * (size_t)a.per_thread, (size_t)msg_words);
             std::vector<double> us;
+            double spent = 0;
             for (int rep = 0; rep <= O.reps; rep++) {
                 OK(dion_comm_barrier(comm));
                 win_zero(base + area, (size_t)a.msg_words * 8);
@@ -706,6 +737,7 @@ int main(int argc, char **argv)
                 OK(dion_comm_barrier(comm));
                 double ns = rank_ == 0 ? launch(T_MSGRATE, grids[k], threads, &a) : 0;
                 if (rep) us.push_back(ns / 1000.0);
+                if (row_done(&spent, ns, rep)) break;
             }
             OK(dion_comm_barrier(comm));
             unsigned long long st[2];
@@ -731,17 +763,6 @@ int main(int argc, char **argv)
             double ops = (double)a.nthreads * a.per_thread;
             report(names[k], "thread", 8, "time_us", us, "Mops_median", ops / (s[s.size() / 2] * 1e-6) / 1e6);
         }
-    }
-
-    /* The proxy's pickup (perf_pickup): a command into the ring, the proxy takes and completes it, the poster
-     * sees the completion; one-way = half that round trip. No network: put_quiet 8 B adds the engine's. */
-    if (wants("proxy_pickup")) {
-        int r0 = has_proxy_peer(&dev); /* rank 0 posts into its own ring: it needs one */
-        OK(dion_comm_bcast(comm, &r0, sizeof r0, 0));
-        if (!r0)
-            skipped("proxy_pickup", "no peer of rank 0 is served by the proxy");
-        else
-            latency_row("proxy_pickup", "thread", T_PICKUP, 0, 2, "oneway_us", 0.5);
     }
 
     int all_fail = 0;

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Draws the benchmark CSVs (impl,label,test,group,bytes,metric,value) written by dion-perf, p2p_bench,
-nvshmem_bench and nccl_lsa_bench, one line per library (dion, nvshmem, nccl_lsa):
+nvshmem_bench and nccl_lsa_bench, one line per impl: library, or DION's transport and provider (dion is p2p;
+dion-proxy-shm, dion-proxy-tcp[-hostwin] the proxy over libfabric's providers; dion-ring the proxy's ring alone):
   - latency against size per cooperation group: put_signal ping-pong (one-way), put + quiet, get;
   - bandwidth against size: put_bw (one way) and put_bw_bidir (both ways at once);
   - DION's packet puts against put_signal (the crossover size);
-  - a summary of single-size rows.
+  - a summary of single-size rows;
+  - transports side by side (perf/run_gpu.sh, step proxy): pickup, 8 B put_signal and put + quiet, message rate.
 A header line (dion-perf writes one into a new file) is skipped. Needs matplotlib (not part of CI).
 usage: plot.py OUTDIR FILE.csv [FILE.csv ...]"""
 import csv
@@ -20,7 +22,18 @@ try:
 except ImportError:
     sys.exit("plot.py needs matplotlib (pip install matplotlib)")
 
-STYLE = {"dion": ("tab:blue", "o"), "nvshmem": ("tab:orange", "s"), "nccl_lsa": ("tab:green", "^")}
+STYLE = {"dion": ("tab:blue", "o"), "nvshmem": ("tab:orange", "s"), "nccl_lsa": ("tab:green", "^"),
+         "dion-proxy-shm": ("tab:red", "D"), "dion-proxy-shm-hostwin": ("tab:brown", "d"),
+         "dion-proxy-tcp": ("tab:purple", "v"), "dion-proxy-tcp-hostwin": ("tab:purple", "v"),
+         "dion-ring": ("tab:pink", "*")}
+EXTRA = ["tab:olive", "tab:cyan", "tab:gray", "black"]
+
+
+def style(impl):
+    """An impl's colour and marker: fixed for the known ones, then the spare colours in order of first use."""
+    if impl not in STYLE:
+        STYLE[impl] = (EXTRA[len([k for k in STYLE if STYLE[k][1] == "x"]) % len(EXTRA)], "x")
+    return STYLE[impl]
 
 
 def load(paths):
@@ -54,7 +67,7 @@ def latency_plot(rows, label, out, test="put_signal_pingpong", metric="oneway_us
         series = series_of(rows, label, test, g, metric)
         for impl, pts in sorted(series.items()):
             pts.sort()
-            color, marker = STYLE.get(impl, ("gray", "x"))
+            color, marker = style(impl)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=impl)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -78,7 +91,7 @@ def bandwidth_plot(rows, label, out):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     for ax, (t, name) in zip(axes, tests):
         for impl, pts in sorted(series_of(rows, label, t, "block", "GBps_median").items()):
-            color, marker = STYLE.get(impl, ("gray", "x"))
+            color, marker = style(impl)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=impl)
         ax.set_xscale("log", base=2)
         ax.set_title(name)
@@ -145,11 +158,49 @@ def summary_plot(rows, label, out):
         axes = [axes]
     for ax, t in zip(axes, titles):
         impls = sorted(vals[t])
-        ax.bar(impls, [vals[t][i] for i in impls], color=[STYLE.get(i, ("gray", ""))[0] for i in impls])
+        ax.bar(impls, [vals[t][i] for i in impls], color=[style(i)[0] for i in impls])
         for x, i in enumerate(impls):
             ax.text(x, vals[t][i], f"{vals[t][i]:.3g}", ha="center", va="bottom", fontsize=8)
         ax.set_title(t, fontsize=9)
     fig.suptitle(f"DION against NVSHMEM ({label}); lower is better except GB/s")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def transport_plot(rows, label, out):
+    """DION's transports side by side: one bar per impl (p2p, proxy per provider, the ring alone) per figure."""
+    keys = [("proxy_pickup", "thread", None, "oneway_us_median", "proxy pickup, one-way (us)"),
+            ("proxy_pickup", "thread", 8, "oneway_us", "ring alone: pickup one-way (us)"),
+            ("signal_pingpong", "thread", 0, "oneway_us_median", "signal one-way (us)"),
+            ("put_signal_pingpong", "thread", 8, "oneway_us_median", "put_signal 8 B one-way (us)"),
+            ("put_quiet", "thread", 8, "latency_us_median", "put 8 B + quiet (us)"),
+            ("put8_msgrate_1sm", "thread", 8, "Mops_median", "8 B puts, 1 SM (Mops)"),
+            ("put8_msgrate_8sm", "thread", 8, "Mops_median", "8 B puts, 8 SMs (Mops)"),
+            ("put8_msgrate_allsm", "thread", 8, "Mops_median", "8 B puts, all SMs (Mops)")]
+    vals = defaultdict(dict)
+    for impl, lab, test, group, size, metric, value in rows:
+        if lab != label or not impl.startswith("dion"):
+            continue
+        for k in keys:
+            if test == k[0] and group == k[1] and metric == k[3] and (k[2] is None or size == k[2]):
+                vals[k[4]][impl] = value
+    titles = [k[4] for k in keys if vals[k[4]]]
+    if not any(i != "dion" for t in titles for i in vals[t]):
+        return  # p2p alone: the summary plot has it
+    fig, axes = plt.subplots(1, len(titles), figsize=(3.0 * len(titles), 4.5))
+    if len(titles) == 1:
+        axes = [axes]
+    for ax, t in zip(axes, titles):
+        impls = sorted(vals[t])
+        ax.bar(range(len(impls)), [vals[t][i] for i in impls], color=[style(i)[0] for i in impls])
+        ax.set_xticks(range(len(impls)))
+        ax.set_xticklabels([i.replace("dion-", "") for i in impls], rotation=45, ha="right", fontsize=8)
+        ax.set_yscale("log")  # the proxy is orders of magnitude from p2p
+        for x, i in enumerate(impls):
+            ax.text(x, vals[t][i], f"{vals[t][i]:.3g}", ha="center", va="bottom", fontsize=7)
+        ax.set_title(t, fontsize=9)
+    fig.suptitle(f"DION's transports side by side, medians ({label}); lower is better except Mops")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -170,6 +221,7 @@ def main():
         bandwidth_plot(rows, label, os.path.join(outdir, f"bandwidth_{label}.png"))
         summary_plot(rows, label, os.path.join(outdir, f"summary_{label}.png"))
         packet_plot(rows, label, os.path.join(outdir, f"packet_vs_put_signal_{label}.png"))
+        transport_plot(rows, label, os.path.join(outdir, f"transports_{label}.png"))
     print("plots in", outdir)
 
 

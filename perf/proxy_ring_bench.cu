@@ -116,13 +116,16 @@ static void threads_or_die(dion__proxy_ring_t **rings, uint32_t n, dion__proxy_e
     }
 }
 
+/* Rows under impl dion-ring (the ring alone, no ranks), so that they sit next to dion-perf's rows in one CSV
+ * (perf/run_gpu.sh, step proxy): the round trip's min / median / p99, and one-way = half the median. */
 static void report_latency(const bench_opts_t *o, const char *test, std::vector<unsigned long long> &v)
 {
     std::sort(v.begin(), v.end());
-    double p50 = v[v.size() / 2] / 1000.0, p99 = v[v.size() * 99 / 100] / 1000.0;
-    bench_row(o, "dion", test, "thread", 8, "rtt_us_p50", p50);
-    bench_row(o, "dion", test, "thread", 8, "rtt_us_p99", p99);
-    bench_row(o, "dion", test, "thread", 8, "oneway_us", p50 / 2);
+    double mn = v[0] / 1000.0, p50 = v[v.size() / 2] / 1000.0, p99 = v[v.size() * 99 / 100] / 1000.0;
+    bench_row(o, "dion-ring", test, "thread", 8, "rtt_us_min", mn);
+    bench_row(o, "dion-ring", test, "thread", 8, "rtt_us_median", p50);
+    bench_row(o, "dion-ring", test, "thread", 8, "rtt_us_p99", p99);
+    bench_row(o, "dion-ring", test, "thread", 8, "oneway_us", p50 / 2);
 }
 
 int main(int argc, char **argv)
@@ -222,9 +225,9 @@ int main(int argc, char **argv)
                 rc = 1;
             } else {
                 double cmds = (double)blocks * 32 * per;
-                bench_row(&o, "dion", "proxy_msgrate", group, 8, "Mcmds_median",
+                bench_row(&o, "dion-ring", "proxy_msgrate", group, 8, "Mcmds_median",
                           cmds / ms[ms.size() / 2] / 1e3);
-                bench_row(&o, "dion", "proxy_msgrate", group, 8, "Mcmds_best", cmds / ms[0] / 1e3);
+                bench_row(&o, "dion-ring", "proxy_msgrate", group, 8, "Mcmds_best", cmds / ms[0] / 1e3);
             }
             dion__proxy_threads_stop(t);
             for (int b = 0; b < blocks; b++) dion__proxy_ring_destroy(rings[b]);

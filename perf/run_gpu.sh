@@ -126,7 +126,7 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
   # here (DION_PROXY_SPIN=10s), so that the rows measure the proxy, not its idle back-off.
   PCSV="$OUT/proxy.csv"
   PT=(--tests signal,put_signal,put_quiet,fetch_add,proxy_pickup,put_bw,msgrate --sizes 8,4096,65536
-      --bw-min 1048576 --bw-max 268435456 --reps 3)
+      --bw-min 1048576 --bw-max 268435456 --reps 3 --row-seconds 1)
   CUDA_VISIBLE_DEVICES=0 run proxy_ring_1gpu 30 $B/perf/proxy_ring_bench --tests pickup,ref --iters 5000 \
     --warmup 500 --csv "$PCSV" --label 1gpu-mps
   for where in 1gpu-mps 2gpu; do
@@ -138,6 +138,12 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
       W=auto; [ $prov = tcp ] && W=host
       CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=$prov DION_PROXY_SPIN=10s run proxy_${prov}_$where 45 "${DR[@]}" \
         $B/perf/dion-perf --transport proxy "${PT[@]}" --iters 300 --windows $W --csv "$PCSV" --label $where
+      rc=$? # GPU windows that failed (not hung): once more with host windows (impl ...-hostwin)
+      if [ $W = auto ] && [ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 77 ]; then
+        CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=$prov DION_PROXY_SPIN=10s run proxy_${prov}_host_$where 45 \
+          "${DR[@]}" $B/perf/dion-perf --transport proxy "${PT[@]}" --iters 300 --windows host --csv "$PCSV" \
+          --label $where
+      fi
     done
   done
   grep -hE "^# impl|^# (ok|FAIL)|^proxy_pickup|^put_signal_pingpong +thread +8 |^put8_msgrate" "$OUT"/proxy_*.log \
