@@ -112,6 +112,9 @@ static inline void bench_row(const bench_opts_t *o, const char *impl, const char
     if (!o->csv) return;
     FILE *f = fopen(o->csv, "a");
     if (!f) return;
+    /* a new file gets the header dion-perf writes, so that every program's CSV reads the same way */
+    fseek(f, 0, SEEK_END);
+    if (ftell(f) == 0) fprintf(f, "impl,label,test,group,bytes,metric,value\n");
     fprintf(f, "%s,%s,%s,%s,%lld,%s,%.4f\n", impl, o->label, test, group, bytes, metric, value);
     fclose(f);
 }

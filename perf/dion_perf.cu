@@ -438,14 +438,17 @@ static dion_status_t sum_all(int v, int *sum)
 /* A transport asked for by name must serve peer 1 (DION_TRANSPORT alone may fall back or be ignored). */
 static void check_transport(const dion_dev_t *dev)
 {
-    const char *want = O.transport, *got = transport_name(dev->peer_inline[1].transport);
+    /* the partner of this rank in the pair rows (rank ^ 1); entry [rank] is this rank itself ("self") */
+    if (rank_ >= 2) return; /* only ranks 0 and 1 run the rows */
+    int partner = rank_ ^ 1;
+    const char *want = O.transport, *got = transport_name(dev->peer_inline[partner].transport);
     if (!strcmp(want, "auto") || !strcmp(want, "cpu") || !strcmp(want, got)) return;
     if (!strcmp(want, "gdaki") && strcmp(got, "other") == 0) return; /* a kind this file does not name yet */
     if (rank_ == 0)
         fprintf(stderr,
-                "dion-perf: transport %s is not available in this build or on this machine (peer 1 is "
+                "dion-perf: transport %s is not available in this build or on this machine (peer %d is "
                 "served by %s)\n",
-                want, got);
+                want, partner, got);
     exit(77);
 }
 

@@ -311,8 +311,7 @@ static void dion__devh_free(struct dion__devh *h)
     dion__tl_dev_fini(h->comm, h->tl_dev);
     dion__tl_region_destroy(h->region);
     if (h->table_pinned) {
-        cudaHostUnregister(h->table);
-        dion__host_free(h->table);
+        dion__host_free(h->table); /* unregisters from CUDA too */
         h->table = NULL;
     }
     if (h->cpu) {
@@ -472,16 +471,14 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             st = dion__host_alloc(bytes, (void **)&h->table); /* fresh memfd pages are zero */
         } else if (h->table_pinned) {
             if (c->cuda_device >= 0) cudaSetDevice(c->cuda_device);
+            /* dion__host_alloc registers the pages with CUDA (mapped, portable) when a GPU exists, and
+             * dion__host_free unregisters them: registering here again would fail as already registered. */
             st = dion__host_alloc(bytes, (void **)&h->table);
             if (st != DION_SUCCESS) h->table_pinned = 0;
-            if (st == DION_SUCCESS)
-                st = dion__cuda_check(
-                    cudaHostRegister(h->table, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable),
-                    "cudaHostRegister for the signal table");
             void *devp = NULL;
             if (st == DION_SUCCESS)
                 st = dion__cuda_check(cudaHostGetDevicePointer(&devp, h->table, 0),
-                                      "cudaHostGetDevicePointer");
+                                      "mapping the host signal table into the GPU (cudaHostGetDevicePointer)");
             if (st == DION_SUCCESS && devp != (void *)h->table)
                 st = dion__error(DION_ERR_UNSUPPORTED,
                                  "the GPU sees the host signal table at another address; the proxy backend "
