@@ -65,7 +65,7 @@ typedef struct {
     uint64_t gets;          /**< gets */
     uint64_t get_bytes;     /**< their bytes */
     uint64_t signals;       /**< signals and put_signals */
-    uint64_t waits;         /**< waits */
+    uint64_t waits;         /**< waits (dion_wait and dion_counter_wait) */
     uint64_t wait_timeouts; /**< waits that timed out */
     uint64_t atomics;       /**< fetch_add and compare_swap */
     uint64_t fences;        /**< fences */

@@ -780,6 +780,8 @@ DT_KERNEL(dt_stats_kernel, dt_stats_args_t)
     dion_put(c, a->win, next, 64, a->win, 0, 16);
     dion_put(c, a->win, next, 128, a->win, 0, 100);
     dion_put_signal(c, a->win, next, 256, a->win, 0, 8, 2, DION_SIG_ADD, 1);
+    dion_put_counted(c, a->win, next, 384, a->win, 0, 24, 5); /* a put; its counter wait is a wait */
+    if (dion_counter_wait(c, 5, 1) != DION_SUCCESS) a->result[0]++;
     dion_signal(c, next, 3, DION_SIG_SET, 7);
     if (dion_wait(c, 3, DION_CMP_EQ, 7, NULL) != DION_SUCCESS) a->result[0]++;
     dion_get(c, a->win, 512, a->win, next, 0, 32);
@@ -802,7 +804,7 @@ static void dt_test_stats(dion_win_t win)
     DT_OK(dion_dev_stats(dt_comm, &dt_dev, 1, &s1));
     if (s0.puts || s0.signals || s0.waits) DT_FAIL("context 0 counted operations it did not do");
     /* put_signal counts as a put and a signal; the barrier's own signals are not user signals */
-    if (s1.puts != 3 || s1.put_bytes != 124 || s1.signals != 2 || s1.waits != 1 || s1.gets != 1 ||
+    if (s1.puts != 4 || s1.put_bytes != 148 || s1.signals != 2 || s1.waits != 2 || s1.gets != 1 ||
         s1.get_bytes != 32 || s1.atomics != 1 || s1.fences != 1 || s1.quiets != 2 || s1.barriers != 1 ||
         s1.errors != 0 || s1.wait_timeouts != 0)
         DT_FAIL("stats: puts %llu bytes %llu signals %llu waits %llu gets %llu/%llu atomics %llu fences %llu "
