@@ -37,9 +37,10 @@ static uint32_t dion__dev_serial;
 
 static const char *dion__op_name(uint32_t op)
 {
-    static const char *names[] = {"none",        "put",          "put_signal", "signal",     "wait",
-                                  "signal_read", "fence",        "quiet",      "barrier",    "get",
-                                  "fetch_add",   "compare_swap", "ctx",        "put_packet", "wait_packet"};
+    static const char *names[] = {"none",         "put",          "put_signal", "signal",     "wait",
+                                  "signal_read",  "fence",        "quiet",      "barrier",    "get",
+                                  "fetch_add",    "compare_swap", "ctx",        "put_packet", "wait_packet",
+                                  "counter_wait", "counter_read"};
     return op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
@@ -131,8 +132,22 @@ static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
         return;
     }
     if (dion__describe_window(r, out, cap)) return;
+    if (r->detail == DION_ERR_DETAIL_COUNTER) {
+        snprintf(out, cap, "local counter %u is not below DION_NUM_COUNTERS=%llu; nothing was done", r->sig,
+                 (unsigned long long)r->limit);
+        return;
+    }
     switch (r->status) {
     case DION_ERR_TIMEOUT:
+        if (r->op == DION_OP_COUNTER_WAIT) {
+            snprintf(out, cap,
+                     "timed out after %.3f s: local counter %u never reached %llu (last value %llu); fewer "
+                     "counted puts were made on this context and counter than waited for, or "
+                     "DION_WAIT_TIMEOUT is too short",
+                     (double)r->limit / 1e9, r->sig, (unsigned long long)r->expected,
+                     (unsigned long long)r->observed);
+            break;
+        }
         if (r->op == DION_OP_WAIT_PACKET) {
             snprintf(
                 out, cap,
@@ -320,12 +335,14 @@ static void dion__devh_free(struct dion__devh *h)
         free(h->errors_host);
         free(h->dev.ctx_state);
         free(h->dev.stats);
+        free(h->dev.lcount);
     } else {
         if (h->table) cudaFree(h->table);
         if (h->dev.peers) cudaFree(h->dev.peers);
         if (h->errors_host) cudaFreeHost(h->errors_host);
         if (h->dev.ctx_state) cudaFree(h->dev.ctx_state);
         if (h->dev.stats) cudaFree(h->dev.stats);
+        if (h->dev.lcount) cudaFree(h->dev.lcount);
         if (h->stream) cudaStreamDestroy(h->stream);
     }
     dion__trace_free(h->trace);
@@ -514,10 +531,11 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             if (peers[r].scope == DION_SCOPE_SYS) flags |= DION_DEVF_SYS;
             if (peers[r].transport == DION_TRANSPORT_PROXY) flags |= DION_DEVF_PROXY | DION_DEVF_SYS;
             if (r == n - 1 && !cpu && (flags & DION_DEVF_PROXY))
-                DION_LOG(DION_LOG_WARN,
-                         "this GPU handle reaches some peers through the proxy: kernels that use it must be "
-                         "compiled with -DDION_DEVICE_BACKENDS=3 (GPU code has the p2p half alone by default; "
-                         "docs/backends/proxy.md)");
+                DION_LOG(
+                    DION_LOG_WARN,
+                    "this GPU handle reaches some peers through the proxy: kernels that use it must be "
+                    "compiled with -DDION_DEVICE_BACKENDS=3 (GPU code has the p2p half alone by default; "
+                    "docs/backends/proxy.md)");
             if (r < DION_DEV_INLINE_PEERS) h->peers_copy[r] = peers[r];
         }
         if (cpu || c->host_windows) flags |= DION_DEVF_SYS;
@@ -554,6 +572,10 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
         }
         if (st == DION_SUCCESS)
             st = dion__dev_alloc(h, sizeof(uint64_t) * a.num_contexts, 1, (void **)&h->dev.ctx_state);
+        /* the p2p part of the local completion counters (device/counter.cuh), zero */
+        if (st == DION_SUCCESS)
+            st = dion__dev_alloc(h, sizeof(uint64_t) * DION_NUM_COUNTERS * a.num_contexts, 1,
+                                 (void **)&h->dev.lcount);
         if (st == DION_SUCCESS && (flags & DION_DEVF_STATS))
             st = dion__dev_alloc(h, sizeof(dion_ctx_stats_t) * a.num_contexts, 1, (void **)&h->dev.stats);
         if (st == DION_SUCCESS) st = dion__trace_create(c, cpu, a.num_contexts, &h->trace);

@@ -153,9 +153,10 @@ dion_status_t dion__trace_counts(struct dion__trace *t, uint32_t ctx, uint64_t *
 
 static const char *dion__trace_op_name(uint32_t op)
 {
-    static const char *names[] = {"none",        "put",          "put_signal", "signal",     "wait",
-                                  "signal_read", "fence",        "quiet",      "barrier",    "get",
-                                  "fetch_add",   "compare_swap", "ctx",        "put_packet", "wait_packet"};
+    static const char *names[] = {"none",         "put",          "put_signal", "signal",     "wait",
+                                  "signal_read",  "fence",        "quiet",      "barrier",    "get",
+                                  "fetch_add",    "compare_swap", "ctx",        "put_packet", "wait_packet",
+                                  "counter_wait", "counter_read"};
     return op < sizeof names / sizeof names[0] ? names[op] : "unknown";
 }
 
@@ -200,6 +201,9 @@ static void dion__trace_json_event(FILE *f, const dion_trace_event_t *e, int ran
     if (op == DION_OP_WAIT)
         fprintf(f, ",\"cmp\":\"%s\",\"value\":%llu,\"observed\":%llu", dion__trace_cmp_name(e->cmp),
                 (unsigned long long)e->value, (unsigned long long)e->observed);
+    if (op == DION_OP_COUNTER_WAIT)
+        fprintf(f, ",\"counter\":%u,\"value\":%llu,\"observed\":%llu", e->sig, (unsigned long long)e->value,
+                (unsigned long long)e->observed);
     if (op == DION_OP_BARRIER) /* the arrivals it waited for */
         fprintf(f, ",\"value\":%llu", (unsigned long long)e->value);
     if (op == DION_OP_FETCH_ADD || op == DION_OP_COMPARE_SWAP)

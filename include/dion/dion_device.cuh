@@ -11,6 +11,8 @@
  *   (not before a later plain put that the target polls).
  * - quiet: every earlier operation of the caller is complete: sources reusable, data delivered.
  * - barrier: every rank reached it (one thread per context per rank); includes a quiet.
+ * - put_counted / put_signal_counted: as put / put_signal, and a local counter of the context goes up by 1
+ *   once the source may be reused; dion_counter_wait waits for a count (recycles buffers without a quiet).
  *
  * The warp and block variants are called by every thread of the warp / block with the same arguments; they
  * share the copy and end with the group synchronized, so that one thread's later signal or quiet covers the
@@ -47,8 +49,14 @@
 #endif
 #define DION__HAS_PROXY ((DION_DEVICE_BACKENDS & DION_DEVICE_BACKEND_PROXY) != 0)
 
+/* The counter argument of the put paths when the call counts nothing (dion_put, dion_put_signal). */
+#define DION__NO_COUNTER 0xffffffffu
+
 #if DION__HAS_PROXY
 #include "dion/device/proxy.cuh"
+
+DION__STATIC_ASSERT(DION_NUM_COUNTERS == DION_PROXY_LCOUNTERS,
+                    "a counter's value adds the ring's count of the same index: both have the same number");
 
 /* The proxy paths stay out of line on the GPU: they cost microseconds anyway, and inlined they would weigh on
  * the register allocation of the p2p code they sit next to. */
@@ -97,12 +105,13 @@ DION_HD dion_status_t dion__proxy_do(const dion_ctx_t *c, const dion_proxy_cmd_t
 DION__PROXY_PATH void dion__proxy_rma_group(dion_ctx_t c, dion__group_t g, dion_proxy_op_t pop, dion_op_t op,
                                             int peer, dion_dwin_t dst, size_t dst_off, dion_dwin_t src,
                                             size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t sop,
-                                            uint64_t value, uint64_t t0)
+                                            uint64_t value, uint32_t counter, uint64_t t0)
 {
     dion__group_sync(g);
     if (dion__group_rank(g) != 0) return;
     dion_proxy_cmd_t cmd = dion__proxy_cmd_rma(pop, peer, dst->id, dst_off, src->id, src_off, bytes);
     if (pop == DION_PROXY_OP_PUT_SIGNAL) dion__proxy_cmd_signal(&cmd, sig, (uint32_t)sop, value);
+    if (counter != DION__NO_COUNTER) dion__proxy_cmd_count(&cmd, counter); /* the proxy thread counts it */
     uint64_t t = 0, seen = 0;
     dion_status_t st = dion__proxy_do(&c, &cmd, op, peer, sig, &t);
     /* get: the data is in dst when get returns, as on p2p */
@@ -166,6 +175,8 @@ DION__PROXY_PATH dion_status_t dion__proxy_ctx_quiet(const dion_ctx_t *c, dion_o
 }
 #endif
 
+#include "dion/device/counter.cuh"
+
 /* ---- contexts ---- */
 
 /** A context: an ordered lane of operations; different blocks usually take different contexts.
@@ -185,8 +196,10 @@ DION_HD dion_ctx_t dion_ctx(dion_dev_t dev, uint32_t index)
 
 /* ---- put ---- */
 
+/* counter: DION__NO_COUNTER (a constant in dion_put & co., so the counting folds away there), or the local
+ * counter that counts this put once its source may be reused. */
 DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int peer, size_t dst_off,
-                             dion_dwin_t src, size_t src_off, size_t bytes)
+                             dion_dwin_t src, size_t src_off, size_t bytes, uint32_t counter)
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
     uint64_t t0 = dion__trace_start(&c);
@@ -194,19 +207,22 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
         int lead = r == 0;
         if (!dion__check_ctx(&c, DION_OP_PUT, lead) || !dion__check_peer(&c, peer, DION_OP_PUT, lead) ||
             !dion__check_range(&c, dst, peer, dst_off, bytes, 1, DION_OP_PUT, peer, lead) ||
-            !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT, peer, lead))
+            !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT, peer, lead) ||
+            (counter != DION__NO_COUNTER && !dion__check_counter(&c, counter, DION_OP_PUT, peer, lead)))
             return;
     }
+    if (counter != DION__NO_COUNTER) counter %= DION_NUM_COUNTERS; /* unchecked: wrap like dion_ctx */
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
         dion__proxy_rma_group(c, g, DION_PROXY_OP_PUT, DION_OP_PUT, peer, dst, dst_off, src, src_off, bytes,
-                              0, DION_SIG_SET, 0, t0);
+                              0, DION_SIG_SET, 0, counter, t0);
         return;
     }
 #endif
     dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
     dion__group_sync(g);
     if (r == 0) {
+        if (counter != DION__NO_COUNTER) dion__lcount_add(&c, counter);
         DION__STAT(&c, puts, 1);
         DION__STAT(&c, put_bytes, bytes);
         DION__TRACE(&c, t0, DION_OP_PUT, peer, 0, bytes, 0, 0, 0, DION_SUCCESS);
@@ -222,7 +238,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
 DION_HD void dion_put(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                       size_t src_off, size_t bytes)
 {
-    dion__put_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes);
+    dion__put_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes, DION__NO_COUNTER);
 }
 
 /** dion_put by a whole warp: every lane calls it with the same arguments; ends with the warp synchronized.
@@ -230,7 +246,7 @@ DION_HD void dion_put(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, d
 DION_HD void dion_put_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                            size_t src_off, size_t bytes)
 {
-    dion__put_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes);
+    dion__put_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes, DION__NO_COUNTER);
 }
 
 /** dion_put by a whole block: every thread calls it with the same arguments; ends with the block
@@ -238,7 +254,39 @@ DION_HD void dion_put_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_o
 DION_HD void dion_put_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                             size_t src_off, size_t bytes)
 {
-    dion__put_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes);
+    dion__put_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes, DION__NO_COUNTER);
+}
+
+/** dion_put that also counts: local counter `counter` of the context is incremented by 1 (once per call, not
+ * per thread) when the source may be reused, so that a pipeline recycles buffers with dion_counter_wait
+ * instead of a dion_quiet. The count says nothing about delivery at the target: order and complete the data
+ * with a signal, put_signal or quiet as for dion_put. p2p: the copy is done when the call returns, so the
+ * count is there at once; proxy: the proxy thread counts once the network no longer reads the source.
+ * \param c the context. \param dst the target window. \param peer the target rank.
+ * \param dst_off byte offset in peer's part of dst. \param src the source window (my part is read).
+ * \param src_off byte offset in my part of src. \param bytes bytes to copy (0 is allowed, and counts).
+ * \param counter the local counter, below DION_NUM_COUNTERS (else, with DION_CHECK=1, an error record and
+ * nothing done; without it, taken modulo DION_NUM_COUNTERS). */
+DION_HD void dion_put_counted(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                              size_t src_off, size_t bytes, uint32_t counter)
+{
+    dion__put_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes, counter);
+}
+
+/** dion_put_counted by a whole warp (same arguments in every lane); the counter goes up by 1 for the warp's
+ * call. \copydetails dion_put_counted */
+DION_HD void dion_put_counted_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                                   size_t src_off, size_t bytes, uint32_t counter)
+{
+    dion__put_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes, counter);
+}
+
+/** dion_put_counted by a whole block (same arguments in every thread); the counter goes up by 1 for the
+ * block's call. \copydetails dion_put_counted */
+DION_HD void dion_put_counted_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                                    size_t src_off, size_t bytes, uint32_t counter)
+{
+    dion__put_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes, counter);
 }
 
 /* ---- signals ---- */
@@ -259,9 +307,10 @@ DION_HD int dion__check_signal_args(const dion_ctx_t *c, int peer, uint32_t sig,
     return 0;
 }
 
+/* counter: as in dion__put_group. */
 DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int peer, size_t dst_off,
                                     dion_dwin_t src, size_t src_off, size_t bytes, uint32_t sig,
-                                    dion_sig_op_t op, uint64_t value)
+                                    dion_sig_op_t op, uint64_t value, uint32_t counter)
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
     uint64_t t0 = dion__trace_start(&c);
@@ -269,13 +318,16 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
         int lead = r == 0;
         if (!dion__check_signal_args(&c, peer, sig, op, DION_OP_PUT_SIGNAL, lead) ||
             !dion__check_range(&c, dst, peer, dst_off, bytes, 1, DION_OP_PUT_SIGNAL, peer, lead) ||
-            !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT_SIGNAL, peer, lead))
+            !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT_SIGNAL, peer, lead) ||
+            (counter != DION__NO_COUNTER &&
+             !dion__check_counter(&c, counter, DION_OP_PUT_SIGNAL, peer, lead)))
             return;
     }
+    if (counter != DION__NO_COUNTER) counter %= DION_NUM_COUNTERS;
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
         dion__proxy_rma_group(c, g, DION_PROXY_OP_PUT_SIGNAL, DION_OP_PUT_SIGNAL, peer, dst, dst_off, src,
-                              src_off, bytes, sig, op, value, t0);
+                              src_off, bytes, sig, op, value, counter, t0);
         return;
     }
 #endif
@@ -292,6 +344,7 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
             dion__red_add_release(word, value, scope);
         else
             dion__st_release(word, value, scope);
+        if (counter != DION__NO_COUNTER) dion__lcount_add(&c, counter);
         DION__STAT(&c, puts, 1);
         DION__STAT(&c, put_bytes, bytes);
         DION__STAT(&c, signals, 1);
@@ -309,7 +362,8 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
 DION_HD void dion_put_signal(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                              size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op, uint64_t value)
 {
-    dion__put_signal_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
+    dion__put_signal_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes, sig, op, value,
+                           DION__NO_COUNTER);
 }
 
 /** dion_put_signal by a whole warp (same arguments in every lane); lane 0 signals after the warp's copy.
@@ -318,7 +372,8 @@ DION_HD void dion_put_signal_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_
                                   size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
                                   uint64_t value)
 {
-    dion__put_signal_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
+    dion__put_signal_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes, sig, op, value,
+                           DION__NO_COUNTER);
 }
 
 /** dion_put_signal by a whole block (same arguments in every thread); thread 0 signals after the block's
@@ -327,7 +382,42 @@ DION_HD void dion_put_signal_block(dion_ctx_t c, dion_dwin_t dst, int peer, size
                                    size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
                                    uint64_t value)
 {
-    dion__put_signal_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes, sig, op, value);
+    dion__put_signal_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes, sig, op, value,
+                           DION__NO_COUNTER);
+}
+
+/** dion_put_signal that also counts: local counter `counter` of the context is incremented by 1 (once per
+ * call) when the source may be reused; as dion_put_counted otherwise. The signal keeps its meaning: the peer
+ * sees it only after the data.
+ * \param c the context. \param dst the target window. \param peer the target rank.
+ * \param dst_off byte offset in peer's part of dst. \param src the source window (my part is read).
+ * \param src_off byte offset in my part of src. \param bytes bytes to copy (0: only the signal, which
+ * counts). \param sig the signal index on peer, below num_signals. \param op DION_SIG_SET or DION_SIG_ADD.
+ * \param value the value to set or add.
+ * \param counter the local counter, below DION_NUM_COUNTERS (DION_CHECK=1: else recorded, nothing done). */
+DION_HD void dion_put_signal_counted(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                                     size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
+                                     uint64_t value, uint32_t counter)
+{
+    dion__put_signal_group(c, DION__THREAD, dst, peer, dst_off, src, src_off, bytes, sig, op, value, counter);
+}
+
+/** dion_put_signal_counted by a whole warp (same arguments in every lane); one count for the warp's call.
+ * \copydetails dion_put_signal_counted */
+DION_HD void dion_put_signal_counted_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off,
+                                          dion_dwin_t src, size_t src_off, size_t bytes, uint32_t sig,
+                                          dion_sig_op_t op, uint64_t value, uint32_t counter)
+{
+    dion__put_signal_group(c, DION__WARP, dst, peer, dst_off, src, src_off, bytes, sig, op, value, counter);
+}
+
+/** dion_put_signal_counted by a whole block (same arguments in every thread); one count for the block's call.
+ * \copydetails dion_put_signal_counted */
+DION_HD void dion_put_signal_counted_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off,
+                                           dion_dwin_t src, size_t src_off, size_t bytes, uint32_t sig,
+                                           dion_sig_op_t op, uint64_t value, uint32_t counter)
+{
+    dion__put_signal_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes, sig, op, value, counter);
 }
 
 /** Sets or adds to peer's signal sig. SET / ADD are releases, ordered after the caller's earlier puts to
@@ -387,6 +477,43 @@ DION_HD uint64_t dion_signal_read(dion_ctx_t c, uint32_t sig)
                                     !dion__check_sig(&c, c.dev.rank, sig, DION_OP_SIGNAL_READ, 1)))
         return 0;
     return dion__ld_acquire(c.dev.signals + sig, dion__dev_scope(&c.dev));
+}
+
+/* ---- local completion counters (device/counter.cuh) ---- */
+
+/** Reads local counter `counter` of the context now (acquire; does not wait): how many counted operations of
+ * the context (dion_put_counted, dion_put_signal_counted and their group variants) have sources that may be
+ * reused. Counters start at 0 with the handle and only grow; they never count more calls than were made.
+ * \param c the context. \param counter the counter, below DION_NUM_COUNTERS.
+ * \return its value (0 when DION_CHECK=1 rejected the call). */
+DION_HD uint64_t dion_counter_read(dion_ctx_t c, uint32_t counter)
+{
+    if (dion__check_enabled(&c) && (!dion__check_ctx(&c, DION_OP_COUNTER_READ, 1) ||
+                                    !dion__check_counter(&c, counter, DION_OP_COUNTER_READ, -1, 1)))
+        return 0;
+    return dion__lcount_value(&c, counter % DION_NUM_COUNTERS);
+}
+
+/** Blocks until local counter `counter` of the context is at least value: the sources of that many counted
+ * operations may be reused (written over, freed). Acquire on the counter; says nothing about delivery at the
+ * targets. One thread; with the handle's wait timeout, like dion_wait.
+ * \param c the context. \param counter the counter, below DION_NUM_COUNTERS.
+ * \param value the count to reach (counted calls made so far on this context and counter, or fewer).
+ * \return DION_SUCCESS; DION_ERR_TIMEOUT after the handle's wait timeout (with an error record naming the
+ * counter, the value and the last count seen); DION_ERR_ABORTED or DION_ERR_PEER_FAILED once the comm was
+ * aborted or a rank failed; the ring's status when the context's proxy ring failed; DION_ERR_INVALID_ARG
+ * under DION_CHECK=1 for a bad context or counter. */
+DION_HD dion_status_t dion_counter_wait(dion_ctx_t c, uint32_t counter, uint64_t value)
+{
+    if (dion__check_enabled(&c) && (!dion__check_ctx(&c, DION_OP_COUNTER_WAIT, 1) ||
+                                    !dion__check_counter(&c, counter, DION_OP_COUNTER_WAIT, -1, 1)))
+        return DION_ERR_INVALID_ARG;
+    counter %= DION_NUM_COUNTERS;
+    DION__STAT(&c, waits, 1);
+    uint64_t t0 = dion__trace_start(&c), seen = 0;
+    dion_status_t st = dion__lcount_wait(&c, counter, value, &seen);
+    DION__TRACE(&c, t0, DION_OP_COUNTER_WAIT, c.dev.rank, counter, 0, value, seen, DION_CMP_GE, st);
+    return st;
 }
 
 /* ---- ordering and completion ---- */
@@ -487,7 +614,7 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
         dion__proxy_rma_group(c, g, DION_PROXY_OP_GET, DION_OP_GET, peer, dst, dst_off, src, src_off, bytes,
-                              0, DION_SIG_SET, 0, t0);
+                              0, DION_SIG_SET, 0, DION__NO_COUNTER, t0);
         return;
     }
 #endif

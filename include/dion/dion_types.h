@@ -65,7 +65,7 @@ typedef struct {
     uint64_t gets;          /**< gets */
     uint64_t get_bytes;     /**< their bytes */
     uint64_t signals;       /**< signals and put_signals */
-    uint64_t waits;         /**< waits */
+    uint64_t waits;         /**< waits (dion_wait and dion_counter_wait) */
     uint64_t wait_timeouts; /**< waits that timed out */
     uint64_t atomics;       /**< fetch_add and compare_swap */
     uint64_t fences;        /**< fences */
@@ -92,8 +92,14 @@ typedef enum {
     DION_OP_COMPARE_SWAP,
     DION_OP_CTX,
     DION_OP_PUT_PACKET,
-    DION_OP_WAIT_PACKET
+    DION_OP_WAIT_PACKET,
+    DION_OP_COUNTER_WAIT,
+    DION_OP_COUNTER_READ
 } dion_op_t;
+
+/** Local completion counters per context (dion_put_counted, dion_counter_wait): counter indices run from 0 to
+ * DION_NUM_COUNTERS - 1. */
+#define DION_NUM_COUNTERS 8
 
 /** Transport that serves one peer. */
 typedef enum {
@@ -175,9 +181,10 @@ typedef struct {
 /** \} */
 
 /* The record's detail field. */
-#define DION_ERR_DETAIL_NONE  0 /**< status and op tell it all */
-#define DION_ERR_DETAIL_CTX   1 /**< the context index (observed) is not below num_contexts (expected) */
-#define DION_ERR_DETAIL_PROXY 2 /**< the context's proxy ring timed out (limit: the timeout) or failed */
+#define DION_ERR_DETAIL_NONE    0 /**< status and op tell it all */
+#define DION_ERR_DETAIL_CTX     1 /**< the context index (observed) is not below num_contexts (expected) */
+#define DION_ERR_DETAIL_PROXY   2 /**< the context's proxy ring timed out (limit: the timeout) or failed */
+#define DION_ERR_DETAIL_COUNTER 3 /**< the local counter index (sig) is not below DION_NUM_COUNTERS */
 
 /* Written by device code, read by the host: lives in host-mapped memory. Each slot has a claim word in the
  * signal table (device memory), so no atomics touch host memory: a writer takes a free slot, the host frees
@@ -266,6 +273,9 @@ typedef struct dion_dev {
     struct dion_dev_peer peer_inline[DION_DEV_INLINE_PEERS]; /* copies of peers[0..7] */
     struct dion_dev_win_slot win_slot[DION_DEV_WIN_SLOTS];
     struct dion_proxy_ring_dev *proxy_rings; /* [num_contexts] when flags has DION_DEVF_PROXY, else NULL */
+    /* [num_contexts][DION_NUM_COUNTERS] local completion counts of the p2p paths (device/counter.cuh); a
+     * counter's value adds the context's proxy ring's count where it has one */
+    uint64_t *lcount;
 } dion_dev_t;
 
 /** A context: an ordered lane of operations, obtained with dion_ctx(dev, index). */

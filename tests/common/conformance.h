@@ -780,6 +780,8 @@ DT_KERNEL(dt_stats_kernel, dt_stats_args_t)
     dion_put(c, a->win, next, 64, a->win, 0, 16);
     dion_put(c, a->win, next, 128, a->win, 0, 100);
     dion_put_signal(c, a->win, next, 256, a->win, 0, 8, 2, DION_SIG_ADD, 1);
+    dion_put_counted(c, a->win, next, 384, a->win, 0, 24, 5); /* a put; its counter wait is a wait */
+    if (dion_counter_wait(c, 5, 1) != DION_SUCCESS) a->result[0]++;
     dion_signal(c, next, 3, DION_SIG_SET, 7);
     if (dion_wait(c, 3, DION_CMP_EQ, 7, NULL) != DION_SUCCESS) a->result[0]++;
     dion_get(c, a->win, 512, a->win, next, 0, 32);
@@ -802,7 +804,7 @@ static void dt_test_stats(dion_win_t win)
     DT_OK(dion_dev_stats(dt_comm, &dt_dev, 1, &s1));
     if (s0.puts || s0.signals || s0.waits) DT_FAIL("context 0 counted operations it did not do");
     /* put_signal counts as a put and a signal; the barrier's own signals are not user signals */
-    if (s1.puts != 3 || s1.put_bytes != 124 || s1.signals != 2 || s1.waits != 1 || s1.gets != 1 ||
+    if (s1.puts != 4 || s1.put_bytes != 148 || s1.signals != 2 || s1.waits != 2 || s1.gets != 1 ||
         s1.get_bytes != 32 || s1.atomics != 1 || s1.fences != 1 || s1.quiets != 2 || s1.barriers != 1 ||
         s1.errors != 0 || s1.wait_timeouts != 0)
         DT_FAIL("stats: puts %llu bytes %llu signals %llu waits %llu gets %llu/%llu atomics %llu fences %llu "
@@ -1176,6 +1178,340 @@ static void dt_test_packet_timeout(dion_win_t win)
     }
 }
 
+/* ================================================================================================ */
+/* 12. Local completion counters: dion_put_counted / dion_put_signal_counted, dion_counter_read / _wait.  */
+
+#ifndef DT_CNT_ROUNDS
+#define DT_CNT_ROUNDS 16
+#endif
+#define DT_CNT_MAX   12                /* operations per round at most */
+#define DT_CNT_BYTES (128u << 10)      /* bytes per operation at most */
+#define DT_CNT_SIG   48                /* signal: put_signals and the round's final signal */
+#define DT_NO_COUNT  DION_NUM_COUNTERS /* an operation's counter field: a plain put or put_signal */
+
+typedef struct {
+    uint64_t src_off, dst_off, bytes;
+    uint32_t counter; /* below DION_NUM_COUNTERS, or DT_NO_COUNT */
+    uint32_t with_signal;
+} dt_cnt_op_t;
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    int peer;
+    uint32_t ctx;
+    int group; /* 0 thread, 1 warp, 2 block */
+    uint32_t nops;
+    const dt_cnt_op_t *ops; /* scratch memory */
+    uint64_t expect_sig;    /* own DT_CNT_SIG at the end of the round */
+    uint64_t *result;       /* [0] failures, [1] first failure's code, [2] its value, [3] the limit */
+} dt_cnt_args_t;
+
+DION_HD void dt_cnt_fail(uint64_t *result, uint64_t code, uint64_t value, uint64_t limit)
+{
+    if (!result[0]) result[1] = code, result[2] = value, result[3] = limit;
+    result[0]++;
+}
+
+/* The group issues every operation; thread 0 checks after each that no counter runs ahead of the counted
+ * calls made (p2p: that each equals them). Then, op by op, thread 0 waits until the op is counted and the
+ * whole block writes over its source; only after that are the puts completed and the peer told. The peer
+ * finding the original bytes proves that "source reusable" meant it. Last, the counts are exact and another
+ * context's counters did not move. */
+DT_KERNEL(dt_cnt_kernel, dt_cnt_args_t)
+{
+    dion_ctx_t c = dion_ctx(a->dev, a->ctx);
+    dion_ctx_t other = dion_ctx(a->dev, (a->ctx + 1) % a->dev.num_contexts);
+    uint32_t t = dion__block_thread(), nt = dion__block_size();
+    int immediate = !(a->dev.flags & DION_DEVF_PROXY); /* p2p: counted when the call returns */
+    int in_group = a->group == 2 || (a->group == 1 && t < 32) || (a->group == 0 && t == 0);
+    uint64_t base[DION_NUM_COUNTERS], other0[DION_NUM_COUNTERS], want[DION_NUM_COUNTERS];
+    if (t == 0)
+        for (uint32_t k = 0; k < DION_NUM_COUNTERS; k++) {
+            base[k] = dion_counter_read(c, k);
+            other0[k] = dion_counter_read(other, k);
+            want[k] = 0;
+        }
+    dion__group_sync(DION__BLOCK);
+    for (uint32_t i = 0; i < a->nops; i++) {
+        dt_cnt_op_t op = a->ops[i];
+        if (in_group) {
+            uint32_t k = op.counter;
+            if (op.with_signal && k == DT_NO_COUNT) {
+                dion_put_signal(c, a->win, a->peer, op.dst_off, a->win, op.src_off, op.bytes, DT_CNT_SIG,
+                                DION_SIG_ADD, 1);
+            } else if (op.with_signal) {
+                if (a->group == 0)
+                    dion_put_signal_counted(c, a->win, a->peer, op.dst_off, a->win, op.src_off, op.bytes,
+                                            DT_CNT_SIG, DION_SIG_ADD, 1, k);
+                else if (a->group == 1)
+                    dion_put_signal_counted_warp(c, a->win, a->peer, op.dst_off, a->win, op.src_off, op.bytes,
+                                                 DT_CNT_SIG, DION_SIG_ADD, 1, k);
+                else
+                    dion_put_signal_counted_block(c, a->win, a->peer, op.dst_off, a->win, op.src_off,
+                                                  op.bytes, DT_CNT_SIG, DION_SIG_ADD, 1, k);
+            } else if (k == DT_NO_COUNT) {
+                dion_put(c, a->win, a->peer, op.dst_off, a->win, op.src_off, op.bytes);
+            } else if (a->group == 0) {
+                dion_put_counted(c, a->win, a->peer, op.dst_off, a->win, op.src_off, op.bytes, k);
+            } else if (a->group == 1) {
+                dion_put_counted_warp(c, a->win, a->peer, op.dst_off, a->win, op.src_off, op.bytes, k);
+            } else {
+                dion_put_counted_block(c, a->win, a->peer, op.dst_off, a->win, op.src_off, op.bytes, k);
+            }
+        }
+        if (t == 0) {
+            if (op.counter != DT_NO_COUNT) want[op.counter]++;
+            for (uint32_t k = 0; k < DION_NUM_COUNTERS; k++) {
+                uint64_t v = dion_counter_read(c, k) - base[k];
+                if (v > want[k] || (immediate && v != want[k])) dt_cnt_fail(a->result, 1 + i, v, want[k]);
+            }
+        }
+    }
+    /* Counts of one thread's calls to one peer come in call order: once counter k reaches the ordinal of op i
+     * among the calls on k, op i's source is written over at once, while later ones may still be read. */
+    uint64_t ord[DION_NUM_COUNTERS] = {0};
+    char *mine = dion__win_peer(a->win, a->dev.rank)->base;
+    for (uint32_t i = 0; i < a->nops; i++) {
+        dt_cnt_op_t op = a->ops[i];
+        if (op.counter == DT_NO_COUNT) continue; /* not covered by a count: may still be read */
+        if (t == 0) {
+            dion_status_t st = dion_counter_wait(c, op.counter, base[op.counter] + ++ord[op.counter]);
+            if (st != DION_SUCCESS) dt_cnt_fail(a->result, 100 + op.counter, (uint64_t)st, ord[op.counter]);
+        }
+        dion__group_sync(DION__BLOCK);
+        for (uint64_t j = t; j < op.bytes; j += nt) mine[op.src_off + j] = (char)(0xee ^ (uint8_t)j);
+    }
+    if (t == 0)
+        for (uint32_t k = 0; k < DION_NUM_COUNTERS; k++) {
+            uint64_t v = dion_counter_read(c, k) - base[k];
+            if (v != want[k]) dt_cnt_fail(a->result, 200 + k, v, want[k]); /* exact: never more */
+            v = dion_counter_read(other, k);
+            if (v != other0[k]) dt_cnt_fail(a->result, 300 + k, v, other0[k]);
+        }
+    dion__group_sync(DION__BLOCK);
+    if (t == 0) {
+        if (dion_quiet(c) != DION_SUCCESS) dt_cnt_fail(a->result, 400, 0, 0);
+        dion_signal(c, a->peer, DT_CNT_SIG, DION_SIG_ADD, 1);
+        uint64_t seen = 0;
+        if (dion_wait(c, DT_CNT_SIG, DION_CMP_GE, a->expect_sig, &seen) != DION_SUCCESS)
+            dt_cnt_fail(a->result, 500, seen, a->expect_sig);
+    }
+}
+
+/* The key of operation i of round k in dt_byte: every rank draws the same operations. */
+static uint64_t dt_cnt_key(int k, uint32_t i)
+{
+    return 100000u + (uint64_t)k * 16u + i;
+}
+
+static void dt_test_counted(dion_win_t win, char *base, int rounds, uint64_t half)
+{
+    static const char *gname[] = {"thread", "warp", "block"};
+    static uint64_t sigs; /* DT_CNT_SIG keeps counting across calls */
+    dt_rng_t rng = {4242};
+    int next = (dt_rank + 1) % dt_n, prev = (dt_rank + dt_n - 1) % dt_n;
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    dt_cnt_op_t ops[DT_CNT_MAX], *dops = (dt_cnt_op_t *)dt_alloc(sizeof ops);
+    uint8_t *img = (uint8_t *)malloc(half), *got = (uint8_t *)malloc(half),
+            *src = (uint8_t *)malloc(DT_CNT_BYTES);
+    uint64_t counted = 0, plain = 0;
+    for (int k = 0; k < rounds; k++) {
+        uint32_t nops = (uint32_t)dt_range(&rng, 1, DT_CNT_MAX), nsig = 0;
+        int group = (int)dt_range(&rng, 0, 2);
+        uint64_t scur = 0, dcur = 64;
+        for (uint32_t i = 0; i < nops; i++) {
+            dt_cnt_op_t *o = &ops[i];
+            o->bytes = dt_range(&rng, 0, 3) == 0 ? dt_range(&rng, 0, 64)
+                                                 : (1ull << dt_range(&rng, 0, 16)) + dt_range(&rng, 0, 4095);
+            if (o->bytes > DT_CNT_BYTES) o->bytes = DT_CNT_BYTES;
+            o->src_off = scur + dt_range(&rng, 0, 31);
+            scur = o->src_off + o->bytes;
+            o->dst_off = half + dcur + dt_range(&rng, 1, 64);
+            dcur = o->dst_off - half + o->bytes;
+            o->counter = (uint32_t)dt_range(&rng, 0, DION_NUM_COUNTERS); /* DT_NO_COUNT now and then */
+            o->with_signal = (uint32_t)dt_range(&rng, 0, 1);
+            nsig += o->with_signal;
+            if (o->counter == DT_NO_COUNT)
+                plain++;
+            else
+                counted++;
+        }
+        uint64_t area = dcur + 64; /* destination bytes [half, half + area) are checked whole */
+        /* own sources, a poisoned destination area, and the image of what the predecessor will put there */
+        for (uint32_t i = 0; i < nops; i++) {
+            for (uint64_t j = 0; j < ops[i].bytes; j++) src[j] = dt_byte(dt_rank, dt_cnt_key(k, i), j);
+            dt_put(base + ops[i].src_off, src, ops[i].bytes);
+        }
+        memset(img, 0xa5, area);
+        dt_put(base + half, img, area);
+        for (uint32_t i = 0; i < nops; i++)
+            for (uint64_t j = 0; j < ops[i].bytes; j++)
+                img[ops[i].dst_off - half + j] = dt_byte(prev, dt_cnt_key(k, i), j);
+        dt_put(dops, ops, sizeof(dt_cnt_op_t) * nops);
+        uint64_t zero[4] = {0, 0, 0, 0};
+        dt_put(result, zero, sizeof zero);
+        sigs += nsig + 1;
+        DT_OK(dion_comm_barrier(dt_comm));
+        dt_cnt_args_t a = {
+            dt_dev, dion_win_device(win), next, (uint32_t)k % dt_dev.num_contexts, group, nops, dops, sigs,
+            result};
+        if (DT_LAUNCH(dt_cnt_kernel, 1, group == 2 ? DT_BLOCK : 32, &a)) DT_FAIL("launch failed");
+        uint64_t r[4];
+        dt_get(r, result, sizeof r);
+        if (r[0])
+            DT_FAIL(
+                "round %d (%s, %u ops): %llu failed checks; first: code %llu (1-99: a counter after op n-1 "
+                "ran "
+                "ahead of the calls or, on p2p, behind; 100+k: counter_wait(k) returned status; 200+k: "
+                "counter k not exact; 300+k: another context's counter moved; 400 quiet; 500 wait), value "
+                "%llu, limit %llu",
+                k, gname[group], nops, (unsigned long long)r[0], (unsigned long long)r[1],
+                (unsigned long long)r[2], (unsigned long long)r[3]);
+        DT_OK(dion_comm_barrier(dt_comm));
+        dt_get(got, base + half, area);
+        for (uint64_t j = 0; j < area; j++)
+            if (got[j] != img[j]) {
+                int in = 0;
+                for (uint32_t i = 0; i < nops; i++)
+                    if (ops[i].dst_off - half <= j && j < ops[i].dst_off - half + ops[i].bytes) {
+                        DT_FAIL(
+                            "round %d (%s): op %u (%s%s, counter %u, %llu bytes, src %llu -> dst %llu): byte "
+                            "%llu is 0x%02x, expected 0x%02x%s",
+                            k, gname[group], i, ops[i].with_signal ? "put_signal" : "put",
+                            ops[i].counter == DT_NO_COUNT ? "" : "_counted", ops[i].counter,
+                            (unsigned long long)ops[i].bytes, (unsigned long long)ops[i].src_off,
+                            (unsigned long long)ops[i].dst_off,
+                            (unsigned long long)(j - (ops[i].dst_off - half)), got[j], img[j],
+                            (got[j] ^ 0xee) == (uint8_t)(j - (ops[i].dst_off - half))
+                                ? ": the overwritten source arrived, so the count came before the source "
+                                  "was read"
+                                : "");
+                        in = 1;
+                    }
+                if (!in)
+                    DT_FAIL("round %d: byte %llu of the destination area, outside every put, changed", k,
+                            (unsigned long long)j);
+                break;
+            }
+        DT_OK(dion_comm_barrier(dt_comm));
+    }
+    if (dt_rank == 0)
+        printf("  counted: %llu counted and %llu plain puts checked\n", (unsigned long long)counted,
+               (unsigned long long)plain);
+    free(img);
+    free(got);
+    free(src);
+    dt_free(dops);
+    dt_free(result);
+}
+
+/* A counter wait that cannot succeed times out with a record naming the counter. One counted put is made
+ * first, so the wait's target (two above the start) is one past what the counter reaches. */
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    uint64_t *result; /* [0] the wait's status, [1] the count after it, [2] the count before the put */
+} dt_cnt_to_args_t;
+
+DT_KERNEL(dt_cnt_timeout_kernel, dt_cnt_to_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int next = (a->dev.rank + 1) % a->dev.nranks;
+    uint64_t before = dion_counter_read(c, 3);
+    dion_put_counted(c, a->win, next, 4096, a->win, 0, 8, 3);
+    a->result[0] = (uint64_t)dion_counter_wait(c, 3, before + 2);
+    a->result[1] = dion_counter_read(c, 3) - before;
+    a->result[2] = before;
+    dion_quiet(c);
+}
+
+static void dt_test_counter_timeout(dion_win_t win)
+{
+    dion_dev_t dev;
+    dion_dev_attr_t attr = {64, 1, 300000000ull, 0}; /* 300 ms */
+    DT_OK(dion_dev_create(dt_comm, &attr, &dev));
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    dt_cnt_to_args_t a = {dev, dion_win_device(win), result};
+    double t0 = dt_now();
+    if (DT_LAUNCH(dt_cnt_timeout_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    double dt = dt_now() - t0;
+    uint64_t r[3];
+    dt_get(r, result, sizeof r);
+    if (r[0] != DION_ERR_TIMEOUT)
+        DT_FAIL("counter wait returned %s, expected DION_ERR_TIMEOUT",
+                dion_status_string((dion_status_t)r[0]));
+    if (r[1] != 1 || r[2] != 0)
+        DT_FAIL("a new handle's counter 3 went from %llu to %llu over one counted put",
+                (unsigned long long)r[2], (unsigned long long)(r[2] + r[1]));
+    if (dt < 0.29 || dt > 10) DT_FAIL("the 300 ms counter wait took %.3f s", dt);
+    dion_status_t st = dion_dev_check(dt_comm, &dev);
+    if (st != DION_ERR_TIMEOUT || !strstr(dion_last_error(), "counter_wait") ||
+        !strstr(dion_last_error(), "local counter 3 never reached 2"))
+        DT_FAIL("dion_dev_check: %s: %s", dion_status_string(st), dion_last_error());
+    else if (dt_rank == 0)
+        printf("  counter timeout: %s\n", dion_last_error());
+    dt_free(result);
+    DT_OK(dion_comm_barrier(dt_comm));
+    DT_OK(dion_dev_destroy(dt_comm, &dev));
+}
+
+/* DION_CHECK=1: a counter index at or above DION_NUM_COUNTERS is recorded, names the limit, and nothing is
+ * written or counted. */
+DT_KERNEL(dt_cnt_check_kernel, dt_check_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int next = (a->dev.rank + 1) % a->dev.nranks;
+    uint64_t before[DION_NUM_COUNTERS];
+    for (uint32_t k = 0; k < DION_NUM_COUNTERS; k++) before[k] = dion_counter_read(c, k);
+    dion_put_counted(c, a->win, next, 0, a->win, 64, 8, DION_NUM_COUNTERS);                     /* 1 */
+    dion_put_signal_counted(c, a->win, next, 0, a->win, 64, 8, 0, DION_SIG_ADD, 1, 1000);       /* 2 */
+    if (dion_counter_wait(c, DION_NUM_COUNTERS + 1, 1) != DION_ERR_INVALID_ARG) a->result[0]++; /* 3 */
+    if (dion_counter_read(c, 77) != 0) a->result[0]++;                                          /* 4 */
+    for (uint32_t k = 0; k < DION_NUM_COUNTERS; k++)
+        if (dion_counter_read(c, k) != before[k]) a->result[0]++;
+    if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
+}
+
+static void dt_test_counter_check(dion_win_t win, char *base, size_t size)
+{
+    uint8_t *host = (uint8_t *)malloc(size), *back = (uint8_t *)malloc(size);
+    for (size_t i = 0; i < size; i++) host[i] = (uint8_t)(0x3c ^ i);
+    dt_put(base, host, size);
+    while (dion_dev_check(dt_comm, &dt_dev) != DION_SUCCESS) {
+    }
+    DT_OK(dion_comm_barrier(dt_comm));
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    dt_check_args_t a = {dt_dev, dion_win_device(win), result};
+    if (DT_LAUNCH(dt_cnt_check_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    uint64_t res = 0;
+    dt_get(&res, result, sizeof res);
+    if (res)
+        DT_FAIL("DION_CHECK: %llu counter calls returned or counted other than expected",
+                (unsigned long long)res);
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_get(back, base, size);
+    if (memcmp(host, back, size) != 0)
+        DT_FAIL("DION_CHECK: a rejected counted put wrote into this rank's window");
+    dion_status_t st = dion_dev_check(dt_comm, &dt_dev);
+    const char *msg = dion_last_error();
+    char want[96];
+    snprintf(want, sizeof want, "local counter %u is not below DION_NUM_COUNTERS=%u", DION_NUM_COUNTERS,
+             DION_NUM_COUNTERS);
+    if (st != DION_ERR_INVALID_ARG)
+        DT_FAIL("dion_dev_check returned %s, expected DION_ERR_INVALID_ARG", dion_status_string(st));
+    else if (!strstr(msg, want) || !strstr(msg, "put:") || !strstr(msg, "and 3 more"))
+        DT_FAIL("dion_dev_check's sentence does not name the counter and its limit and count the rest: %s",
+                msg);
+    if (dt_rank == 0) printf("  DION_CHECK: %s\n", msg);
+    free(host);
+    free(back);
+    dt_free(result);
+    DT_OK(dion_comm_barrier(dt_comm));
+}
+
 #include "trace_test.h"
 
 static int dt_main(int argc, char **argv)
@@ -1231,6 +1567,9 @@ static int dt_main(int argc, char **argv)
         DT_RUN("get thread/warp/block, device barrier", dt_test_get_barrier(win, (char *)base));
         DT_RUN("asymmetric window sizes, a 0-byte part", dt_test_asymmetric());
         DT_RUN("wait timeout with an error record", dt_test_timeout());
+        DT_RUN("counted puts: random sizes and offsets, thread/warp/block, sources overwritten once counted",
+               dt_test_counted(win, (char *)base, DT_CNT_ROUNDS, DT_PUT_HALF));
+        DT_RUN("counter wait timeout with an error record", dt_test_counter_timeout(win));
         if (dt_dev.flags & DION_DEVF_PROXY) {
             /* packets need whole 8-byte words per store at the target: p2p only (docs/semantics.md) */
             if (dt_rank == 0)
@@ -1248,6 +1587,8 @@ static int dt_main(int argc, char **argv)
     } else if (!strcmp(mode, "check")) {
         DT_RUN("DION_CHECK=1: rejected calls are recorded and write nothing",
                dt_test_check(win, (char *)base, size));
+        DT_RUN("DION_CHECK=1: bad counter indices are recorded, write and count nothing",
+               dt_test_counter_check(win, (char *)base, size));
     } else if (!strcmp(mode, "stats")) {
         DT_RUN("DION_STATS=1: per-context counters", dt_test_stats(win));
     } else if (!strcmp(mode, "trace")) {

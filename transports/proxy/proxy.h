@@ -87,7 +87,8 @@ static inline uint64_t dion__proxy_cmd_pos(const dion_proxy_cmd_t *c)
  *  - completion is reported in ring order with dion__proxy_ring_complete: a position is complete when its
  * effects are visible at the target (data delivered, GET data in the local window and visible to the GPU).
  *  - DION_PROXY_F_LOCAL_COUNT: call dion__proxy_ring_count once the source may be reused (at the latest at
- *    completion).
+ *    completion; an engine read of the source: at its completion; bytes copied at post: at once), and in ring
+ *    order among the ring's counted commands (docs/semantics.md, "Local completion counters").
  *  - fetching atomics: write the result with dion__proxy_cmd_result, always (on failure too, then fail the
  * ring); the command's slot stays valid until then.
  *  - NOP: complete in order, nothing else. */

@@ -19,6 +19,14 @@
 #define DION__PX_POS_BITS   48    /* ring position bits in an engine cookie; the rest name the ring */
 #define DION__PX_POS_MASK   ((1ull << DION__PX_POS_BITS) - 1)
 #define DION__PX_META_FETCH 0x8000u
+#define DION__PX_META_SRC   0x4000u /* the engine no longer reads the command's source */
+#define DION__PX_META_CNT   0x00ffu /* local counter + 1 of a counted command, until it was counted */
+/* Cookie bit of the engine put that reads a counted command's source: its completion is the moment the source
+ * may be reused (the gid and position bits stay below bit 60). */
+#define DION__PX_CK_SRC (1ull << 63)
+
+DION__STATIC_ASSERT(DION_NUM_COUNTERS == DION_PROXY_LCOUNTERS,
+                    "dion_counter_wait adds the ring's local counter of the same index to the p2p one");
 
 /* A registered region (window or signal table) as the proxy thread resolves it. */
 typedef struct dion__pxr {
@@ -38,10 +46,11 @@ typedef struct {
     dion__proxy_ring_t *r;
     struct dion__pxd *d;
     uint32_t gid;
-    uint8_t *cnt;   /* [nslots] engine operations in flight for the position */
-    uint16_t *meta; /* [nslots] DION__PX_META_FETCH | (local counter + 1) */
-    uint64_t exec;  /* positions taken */
-    uint64_t done;  /* positions complete */
+    uint8_t *cnt;     /* [nslots] engine operations in flight for the position */
+    uint16_t *meta;   /* [nslots] DION__PX_META_* */
+    uint64_t exec;    /* positions taken */
+    uint64_t done;    /* positions complete */
+    uint64_t counted; /* positions below it were counted, or had nothing to count */
     uint64_t inflight;
     uint64_t partial; /* pos + 1 of a PUT_SIGNAL whose put is posted and whose signal is not yet */
     char why[256];    /* the sentence that failed the ring (dion_dev_check reports it) */
@@ -95,17 +104,30 @@ static dion__pxg_t *dion__px_glue(dion__pxc_t *pc, const dion__proxy_ring_t *r)
     return NULL;
 }
 
-/* Completes positions in ring order while nothing of them is in flight. */
+/* Counts the counted commands whose sources the engine no longer reads, in ring order: a count never
+ * overtakes an earlier counted command of the ring, so counter >= v covers the first v counted commands
+ * (docs/semantics.md). A complete position's source is free too. A failed ring counts no more. */
+static void dion__px_count(dion__pxg_t *g)
+{
+    dion__proxy_ring_t *r = g->r;
+    uint64_t mask = r->dev.mask;
+    for (; g->counted < g->exec; g->counted++) {
+        uint16_t *m = &g->meta[g->counted & mask];
+        uint32_t k = *m & DION__PX_META_CNT;
+        if (!k) continue;
+        if (!(*m & DION__PX_META_SRC) && g->counted >= g->done) break;
+        if (!r->failed) dion__proxy_ring_count(r, k - 1u);
+        *m = (uint16_t)(*m & ~DION__PX_META_CNT);
+    }
+}
+
+/* Completes positions in ring order while nothing of them is in flight, then counts what became free. */
 static void dion__px_advance(dion__pxg_t *g)
 {
     dion__proxy_ring_t *r = g->r;
     uint64_t mask = r->dev.mask;
-    while (g->done < g->exec && g->cnt[g->done & mask] == 0) {
-        uint16_t m = g->meta[g->done & mask];
-        if ((m & ~DION__PX_META_FETCH) && !r->failed)
-            dion__proxy_ring_count(r, (m & ~DION__PX_META_FETCH) - 1u);
-        g->done++;
-    }
+    while (g->done < g->exec && g->cnt[g->done & mask] == 0) g->done++;
+    dion__px_count(g);
     dion__proxy_ring_complete(r, g->done);
 }
 
@@ -168,11 +190,17 @@ static dion_status_t dion__px_post(dion__pxc_t *pc, dion__pxg_t *g, dion_proxy_c
         if ((st = dion__px_region(pc, c->u.rma.src_win, peer, "source", &src)) != DION_SUCCESS) return st;
         if ((st = dion__px_local(src, c->u.rma.src_off, c->u.rma.bytes, peer, "source")) != DION_SUCCESS)
             return st;
+        uint16_t *meta = &g->meta[pos & g->r->dev.mask];
         if (g->partial != pos + 1 && c->u.rma.bytes) {
+            /* a counted command's source is free at this put's completion, before the command's (which also
+             * waits for the signal and for every earlier position) */
             st = E->put(pc->e, peer, src->mr, src->base + c->u.rma.src_off, &dst->rkeys[peer],
-                        c->u.rma.dst_off, c->u.rma.bytes, 0, ck);
+                        c->u.rma.dst_off, c->u.rma.bytes, 0,
+                        (*meta & DION__PX_META_CNT) ? ck | DION__PX_CK_SRC : ck);
             if (st != DION_SUCCESS) return st;
             (*need)++;
+        } else if (g->partial != pos + 1) {
+            *meta |= DION__PX_META_SRC; /* no bytes to read: free at once */
         }
         if (c->op == DION_PROXY_OP_PUT) return DION_SUCCESS;
         g->partial = pos + 1;
@@ -239,11 +267,16 @@ static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ri
         /* fence: nothing after it starts before everything before it completed */
         if (c->op == DION_PROXY_OP_FENCE && g->inflight) break;
         if (pc->caps.max_ops && pc->E->pending(pc->e, -1) + 2 > pc->caps.max_ops) break;
-        if (g->partial != pos + 1) g->cnt[pos & mask] = 0;
-        g->meta[pos & mask] = (uint16_t)((dion__px_fetches(c->op) ? DION__PX_META_FETCH : 0) |
-                                         ((c->flags & DION_PROXY_F_LOCAL_COUNT) && !dion__px_fetches(c->op)
-                                              ? (uint16_t)(c->u.rma.counter + 1u)
-                                              : 0u));
+        /* a PUT_SIGNAL that comes again after a busy signal keeps both: its put is in flight, and may have
+         * been counted already */
+        if (g->partial != pos + 1) {
+            g->cnt[pos & mask] = 0;
+            g->meta[pos & mask] =
+                (uint16_t)((dion__px_fetches(c->op) ? DION__PX_META_FETCH : 0) |
+                           ((c->flags & DION_PROXY_F_LOCAL_COUNT) && !dion__px_fetches(c->op)
+                                ? (uint16_t)(c->u.rma.counter + 1u)
+                                : 0u));
+        }
         uint32_t need = 0;
         st = dion__px_post(pc, g, c, pos, &need);
         /* what was posted counts even when the rest was not (a PUT_SIGNAL's put before a busy signal) */
@@ -290,7 +323,7 @@ static int dion__px_poll_locked(dion__pxc_t *pc)
         return 0;
     }
     for (int j = 0; j < k; j++) {
-        dion__pxg_t *g = pc->gtab[cq[j].cookie >> DION__PX_POS_BITS];
+        dion__pxg_t *g = pc->gtab[(cq[j].cookie & ~DION__PX_CK_SRC) >> DION__PX_POS_BITS];
         if (!g) continue; /* its handle is gone */
         uint64_t mask = g->r->dev.mask;
         uint64_t pos = g->done + (((cq[j].cookie & DION__PX_POS_MASK) - g->done) & DION__PX_POS_MASK);
@@ -300,6 +333,10 @@ static int dion__px_poll_locked(dion__pxc_t *pc)
             snprintf(g->why, sizeof g->why, "%s", cq[j].why);
             dion__proxy_ring_fail(g->r, cq[j].status, cq[j].why);
         }
+        /* a counted command's put completed: the engine no longer reads its source (counted in order by
+         * dion__px_advance below) */
+        if ((cq[j].cookie & DION__PX_CK_SRC) && cq[j].status == DION_SUCCESS)
+            g->meta[pos & mask] |= DION__PX_META_SRC;
         if (g->cnt[pos & mask]) g->cnt[pos & mask]--;
         if (g->inflight) g->inflight--;
         dion__px_advance(g);
