@@ -69,6 +69,11 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "Longest nap of an idle proxy thread (naps double from 1us up to this). The first command after an idle "
      "spell may wait this long; an idle thread wakes about once per this interval.",
      NULL},
+    {"DION_PROXY_STAGING", DION_CFG_ENUM, "auto", "auto|always",
+     "Which windows the proxy stages through pinned host shadows (docs/backends/proxy.md). auto: GPU windows "
+     "when the provider cannot register GPU memory; always: every window, host windows too (for tests: CPU "
+     "mode then runs the staged path). Every rank must use the same value.",
+     NULL},
     /* proxy/verbs engine (rdma-core) */
     {"DION_IB_HCA", DION_CFG_STRING, NULL, NULL,
      "RDMA device for proxy/verbs (as ibv_devices lists it, e.g. mlx5_0), optionally with :port (mlx5_0:1). "

@@ -58,18 +58,30 @@
 DION__STATIC_ASSERT(DION_NUM_COUNTERS == DION_PROXY_LCOUNTERS,
                     "a counter's value adds the ring's count of the same index: both have the same number");
 
-/* The proxy paths stay out of line on the GPU: they cost microseconds anyway, and inlined they would weigh on
- * the register allocation of the p2p code they sit next to. */
+/* The proxy's halves that post and wait stay out of line on the GPU: they cost microseconds anyway, and
+ * inlined they would weigh on the register allocation of the p2p code they sit next to. They take the ring,
+ * the timeout and a command by pointer, never the context: a dion_ctx_t holds the whole handle (about 570
+ * bytes), and its address handed to a call that is not inlined makes the compiler copy the handle from the
+ * kernel's parameters onto the stack at every such call (up to 4 KB of stack and 224 registers per kernel
+ * before this shape, docs/gpu_kernels.md). Error records, statistics and trace events stay in the inlined
+ * caller, which reads the context where it is. */
 #if defined(__CUDACC__)
 #define DION__PROXY_PATH static __noinline__ __host__ __device__
 #else
 #define DION__PROXY_PATH static inline
 #endif
+#if defined(__GNUC__) || defined(__CUDACC__)
+#define DION__COLD(x) __builtin_expect(!!(x), 0)
+#else
+#define DION__COLD(x) (x)
+#endif
 
-/* Whether peer is served by the proxy: commands into this context's ring instead of loads and stores. */
+/* Whether peer is served by the proxy: commands into this context's ring instead of loads and stores. The
+ * flag comes first: a p2p handle pays one test of a kernel parameter. */
 DION_HD int dion__is_proxy(const dion_ctx_t *c, int peer)
 {
-    return (c->dev.flags & DION_DEVF_PROXY) && dion__peer_transport(&c->dev, peer) == DION_TRANSPORT_PROXY;
+    return DION__COLD((c->dev.flags & DION_DEVF_PROXY) &&
+                      dion__peer_transport(&c->dev, peer) == DION_TRANSPORT_PROXY);
 }
 
 DION_HD const dion_proxy_ring_dev_t *dion__ctx_ring(const dion_ctx_t *c)
@@ -91,86 +103,90 @@ DION_HD void dion__proxy_error(const dion_ctx_t *c, dion_status_t st, dion_op_t 
     dion__record(c, e);
 }
 
-/* Posts cmd into the context's ring; records a failure. */
-DION_HD dion_status_t dion__proxy_do(const dion_ctx_t *c, const dion_proxy_cmd_t *cmd, dion_op_t op, int peer,
-                                     uint32_t sig, uint64_t *ticket)
+/* Posts *cmd into ring r; with wait, also waits until it is complete (get: the data is in place; quiet:
+ * everything before it is). *seen: the counter last read, on failure. */
+DION__PROXY_PATH dion_status_t dion__proxy_submit(const dion_proxy_ring_dev_t *r, uint64_t timeout_ns,
+                                                  const dion_proxy_cmd_t *cmd, int wait, uint64_t *seen)
 {
-    uint64_t seen = 0;
-    dion_status_t st = dion__proxy_post(dion__ctx_ring(c), cmd, c->dev.wait_timeout_ns, ticket, &seen);
-    dion__proxy_error(c, st, op, peer, sig, seen);
+    uint64_t t = 0;
+    dion_status_t st = dion__proxy_post(r, cmd, timeout_ns, &t, seen);
+    if (st == DION_SUCCESS && wait) st = dion__proxy_wait_complete(r, t, timeout_ns, seen);
     return st;
 }
 
-/* Every thread's window stores are ordered before the leader's post (group sync, then a release store). */
-DION__PROXY_PATH void dion__proxy_rma_group(dion_ctx_t c, dion__group_t g, dion_proxy_op_t pop, dion_op_t op,
-                                            int peer, dion_dwin_t dst, size_t dst_off, dion_dwin_t src,
-                                            size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t sop,
-                                            uint64_t value, uint32_t counter, uint64_t t0)
+/* A fetching atomic: *out gets the old value, or on failure the counter last read. */
+DION__PROXY_PATH dion_status_t dion__proxy_fetch_path(const dion_proxy_ring_dev_t *r, uint64_t timeout_ns,
+                                                      const dion_proxy_cmd_t *cmd, uint64_t *out)
+{
+    uint64_t old = 0, seen = 0;
+    dion_status_t st = dion__proxy_fetch(r, cmd, timeout_ns, &old, &seen);
+    *out = st == DION_SUCCESS ? old : seen;
+    return st;
+}
+
+/* put, put_signal, get: every thread's window stores are ordered before the leader's post (group sync,
+ * then a release store of the command). */
+DION_HD void dion__proxy_rma_group(const dion_ctx_t *c, dion__group_t g, dion_proxy_op_t pop, dion_op_t op,
+                                   int peer, dion_dwin_t dst, size_t dst_off, dion_dwin_t src, size_t src_off,
+                                   size_t bytes, uint32_t sig, dion_sig_op_t sop, uint64_t value, uint32_t counter, uint64_t t0)
 {
     dion__group_sync(g);
     if (dion__group_rank(g) != 0) return;
     dion_proxy_cmd_t cmd = dion__proxy_cmd_rma(pop, peer, dst->id, dst_off, src->id, src_off, bytes);
     if (pop == DION_PROXY_OP_PUT_SIGNAL) dion__proxy_cmd_signal(&cmd, sig, (uint32_t)sop, value);
     if (counter != DION__NO_COUNTER) dion__proxy_cmd_count(&cmd, counter); /* the proxy thread counts it */
-    uint64_t t = 0, seen = 0;
-    dion_status_t st = dion__proxy_do(&c, &cmd, op, peer, sig, &t);
-    /* get: the data is in dst when get returns, as on p2p */
-    if (st == DION_SUCCESS && pop == DION_PROXY_OP_GET) {
-        st = dion__proxy_wait_complete(dion__ctx_ring(&c), t, c.dev.wait_timeout_ns, &seen);
-        dion__proxy_error(&c, st, op, peer, 0, seen);
-    }
+    uint64_t seen = 0;
+    dion_status_t st =
+        dion__proxy_submit(dion__ctx_ring(c), c->dev.wait_timeout_ns, &cmd, pop == DION_PROXY_OP_GET, &seen);
+    if (DION__COLD(st != DION_SUCCESS)) dion__proxy_error(c, st, op, peer, sig, seen);
     if (pop == DION_PROXY_OP_GET) {
-        DION__STAT(&c, gets, 1);
-        DION__STAT(&c, get_bytes, bytes);
+        DION__STAT(c, gets, 1);
+        DION__STAT(c, get_bytes, bytes);
     } else {
-        DION__STAT(&c, puts, 1);
-        DION__STAT(&c, put_bytes, bytes);
-        if (pop == DION_PROXY_OP_PUT_SIGNAL) DION__STAT(&c, signals, 1);
+        DION__STAT(c, puts, 1);
+        DION__STAT(c, put_bytes, bytes);
+        if (pop == DION_PROXY_OP_PUT_SIGNAL) DION__STAT(c, signals, 1);
     }
-    DION__TRACE(&c, t0, op, peer, sig, bytes, value, 0, (uint32_t)sop, st);
+    DION__TRACE(c, t0, op, peer, sig, bytes, value, 0, (uint32_t)sop, st);
 }
 
-DION__PROXY_PATH uint64_t dion__proxy_amo(const dion_ctx_t *c, dion_proxy_op_t pop, dion_op_t op,
-                                          dion_dwin_t w, int peer, size_t off, uint64_t operand,
-                                          uint64_t desired)
+DION_HD uint64_t dion__proxy_amo(const dion_ctx_t *c, dion_proxy_op_t pop, dion_op_t op, dion_dwin_t w,
+                                 int peer, size_t off, uint64_t operand, uint64_t desired)
 {
     dion_proxy_cmd_t cmd = dion__proxy_cmd(pop, peer);
     cmd.u.amo.win = w->id;
     cmd.u.amo.off = off;
     cmd.u.amo.operand = operand;
     cmd.u.amo.desired = desired;
-    uint64_t old = 0, seen = 0;
-    dion_status_t st = dion__proxy_fetch(dion__ctx_ring(c), &cmd, c->dev.wait_timeout_ns, &old, &seen);
-    dion__proxy_error(c, st, op, peer, 0, seen);
-    return old;
+    uint64_t out = 0;
+    dion_status_t st = dion__proxy_fetch_path(dion__ctx_ring(c), c->dev.wait_timeout_ns, &cmd, &out);
+    if (DION__COLD(st != DION_SUCCESS)) {
+        dion__proxy_error(c, st, op, peer, 0, out);
+        return 0;
+    }
+    return out;
 }
 
 /* signal (and barrier arrivals): a SIGNAL command. */
-DION__PROXY_PATH void dion__proxy_signal(const dion_ctx_t *c, int peer, uint32_t sig, uint32_t op,
+DION_HD dion_status_t dion__proxy_signal(const dion_ctx_t *c, int peer, uint32_t sig, uint32_t op,
                                          uint64_t value, dion_op_t what)
 {
     dion_proxy_cmd_t cmd = dion__proxy_cmd(DION_PROXY_OP_SIGNAL, peer);
     dion__proxy_cmd_signal(&cmd, sig, op, value);
-    dion_status_t st = dion__proxy_do(c, &cmd, what, peer, sig, NULL);
-    if (what == DION_OP_SIGNAL) {
-        DION__STAT(c, signals, 1);
-        DION__TRACE(c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, op, st);
-    }
-}
-
-/* fence: a FENCE command (the p2p fence ran already). */
-DION__PROXY_PATH void dion__proxy_ctx_fence(const dion_ctx_t *c)
-{
-    dion_proxy_cmd_t cmd = dion__proxy_cmd(DION_PROXY_OP_FENCE, -1);
-    dion__proxy_do(c, &cmd, DION_OP_FENCE, -1, 0, NULL);
-}
-
-/* Waits until every command of the context's ring is complete. */
-DION__PROXY_PATH dion_status_t dion__proxy_ctx_quiet(const dion_ctx_t *c, dion_op_t op)
-{
     uint64_t seen = 0;
-    dion_status_t st = dion__proxy_quiet(dion__ctx_ring(c), c->dev.wait_timeout_ns, &seen);
-    dion__proxy_error(c, st, op, -1, 0, seen);
+    dion_status_t st = dion__proxy_submit(dion__ctx_ring(c), c->dev.wait_timeout_ns, &cmd, 0, &seen);
+    if (DION__COLD(st != DION_SUCCESS)) dion__proxy_error(c, st, what, peer, sig, seen);
+    return st;
+}
+
+/* fence (FENCE, returns at once) and quiet (QUIET, waits until every earlier command is complete). */
+DION_HD dion_status_t dion__proxy_ctx_order(const dion_ctx_t *c, dion_proxy_op_t pop, dion_op_t op)
+{
+    dion_proxy_cmd_t cmd = dion__proxy_cmd(pop, -1);
+    uint64_t seen = 0;
+    dion_status_t st = dion__proxy_submit(dion__ctx_ring(c), c->dev.wait_timeout_ns, &cmd,
+                                          pop == DION_PROXY_OP_QUIET, &seen);
+    if (DION__COLD(st != DION_SUCCESS)) dion__proxy_error(c, st, op, -1, 0, seen);
     return st;
 }
 #endif
@@ -214,7 +230,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
     if (counter != DION__NO_COUNTER) counter %= DION_NUM_COUNTERS; /* unchecked: wrap like dion_ctx */
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
-        dion__proxy_rma_group(c, g, DION_PROXY_OP_PUT, DION_OP_PUT, peer, dst, dst_off, src, src_off, bytes,
+        dion__proxy_rma_group(&c, g, DION_PROXY_OP_PUT, DION_OP_PUT, peer, dst, dst_off, src, src_off, bytes,
                               0, DION_SIG_SET, 0, counter, t0);
         return;
     }
@@ -326,7 +342,7 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
     if (counter != DION__NO_COUNTER) counter %= DION_NUM_COUNTERS;
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
-        dion__proxy_rma_group(c, g, DION_PROXY_OP_PUT_SIGNAL, DION_OP_PUT_SIGNAL, peer, dst, dst_off, src,
+        dion__proxy_rma_group(&c, g, DION_PROXY_OP_PUT_SIGNAL, DION_OP_PUT_SIGNAL, peer, dst, dst_off, src,
                               src_off, bytes, sig, op, value, counter, t0);
         return;
     }
@@ -429,7 +445,10 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
     if (dion__check_enabled(&c) && !dion__check_signal_args(&c, peer, sig, op, DION_OP_SIGNAL, 1)) return;
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
-        dion__proxy_signal(&c, peer, sig, (uint32_t)op, value, DION_OP_SIGNAL);
+        dion_status_t st = dion__proxy_signal(&c, peer, sig, (uint32_t)op, value, DION_OP_SIGNAL);
+        DION__STAT(&c, signals, 1);
+        DION__TRACE(&c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, (uint32_t)op, st);
+        (void)st;
         return;
     }
 #endif
@@ -527,7 +546,8 @@ DION_HD void dion_fence(dion_ctx_t c)
     uint64_t t0 = dion__trace_start(&c);
     dion__p2p_quiet(&c);
 #if DION__HAS_PROXY
-    if (c.dev.flags & DION_DEVF_PROXY) dion__proxy_ctx_fence(&c);
+    if (DION__COLD(c.dev.flags & DION_DEVF_PROXY))
+        dion__proxy_ctx_order(&c, DION_PROXY_OP_FENCE, DION_OP_FENCE);
 #endif
     DION__STAT(&c, fences, 1);
     DION__TRACE(&c, t0, DION_OP_FENCE, -1, 0, 0, 0, 0, 0, DION_SUCCESS);
@@ -546,8 +566,8 @@ DION_HD dion_status_t dion_quiet(dion_ctx_t c)
         dion__ld_relaxed(dion__ctl_word(&c.dev, c.dev.signals, DION_CTL_ABORT), dion__dev_scope(&c.dev));
     dion__p2p_quiet(&c);
 #if DION__HAS_PROXY
-    if (c.dev.flags & DION_DEVF_PROXY) {
-        dion_status_t pst = dion__proxy_ctx_quiet(&c, DION_OP_QUIET);
+    if (DION__COLD(c.dev.flags & DION_DEVF_PROXY)) {
+        dion_status_t pst = dion__proxy_ctx_order(&c, DION_PROXY_OP_QUIET, DION_OP_QUIET);
         if (!ab && pst) ab = (uint64_t)pst;
     }
 #endif
@@ -613,7 +633,7 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
     }
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
-        dion__proxy_rma_group(c, g, DION_PROXY_OP_GET, DION_OP_GET, peer, dst, dst_off, src, src_off, bytes,
+        dion__proxy_rma_group(&c, g, DION_PROXY_OP_GET, DION_OP_GET, peer, dst, dst_off, src, src_off, bytes,
                               0, DION_SIG_SET, 0, DION__NO_COUNTER, t0);
         return;
     }

@@ -33,3 +33,26 @@ endforeach()
 # and dion_dev_check names the dead rank.
 dion_test(NAME conf_cpu_proxy_peerfail COMMAND $<TARGET_FILE:conformance_cpu> peerfail_stream 3
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp")
+# The random-size put_signal stress (1 B..1 MiB, random offsets, data checked at every signal): p2p, and the
+# proxy over tcp.
+dion_test(NAME conf_cpu_stress_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> stress
+          LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DT_STRESS_COUNT=200")
+dion_test(NAME conf_cpu_proxy_stress_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> stress
+          LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DT_STRESS_COUNT=200")
+set_tests_properties(conf_cpu_proxy_stress_2 PROPERTIES RUN_SERIAL TRUE)
+# Every window staged through host shadows and notices (DION_PROXY_STAGING=always), as GPU windows are where
+# the provider cannot register GPU memory: the suite, 2 and 3 ranks over tcp, 2 over shm, and the stress.
+foreach(n 2 3)
+  dion_test(NAME conf_cpu_proxy_staged_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
+            LABELS "host;cpu" TIMEOUT 240
+            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DION_PROXY_STAGING=always;DT_STREAM_COUNT=500")
+  set_tests_properties(conf_cpu_proxy_staged_${n} PROPERTIES RUN_SERIAL TRUE)
+endforeach()
+dion_test(NAME conf_cpu_proxy_staged_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 200 $<TARGET_FILE:conformance_cpu> all
+          LABELS "host;cpu" TIMEOUT 240
+          ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_PROXY_STAGING=always;DT_STREAM_COUNT=500")
+set_tests_properties(conf_cpu_proxy_staged_shm_2 PROPERTIES RUN_SERIAL TRUE)
+dion_test(NAME conf_cpu_proxy_staged_stress_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> stress
+          LABELS "host;cpu" TIMEOUT 120
+          ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DION_PROXY_STAGING=always;DT_STRESS_COUNT=200")
+set_tests_properties(conf_cpu_proxy_staged_stress_2 PROPERTIES RUN_SERIAL TRUE)

@@ -10,86 +10,14 @@
 #include <time.h>
 
 #include "src/cuda.h"
-#include "transports/proxy/engine.h"
-#include "transports/proxy/proxy.h"
+#include "transports/proxy/px.h"
 #include "transports/transport.h"
 
-#define DION__PX_SLOTS      1024u /* commands per context's ring */
-#define DION__PX_GLUES      4096u /* rings (contexts of all handles) one comm serves at once */
-#define DION__PX_POS_BITS   48    /* ring position bits in an engine cookie; the rest name the ring */
-#define DION__PX_POS_MASK   ((1ull << DION__PX_POS_BITS) - 1)
-#define DION__PX_META_FETCH 0x8000u
-#define DION__PX_META_SRC   0x4000u /* the engine no longer reads the command's source */
-#define DION__PX_META_CNT   0x00ffu /* local counter + 1 of a counted command, until it was counted */
-/* Cookie bit of the engine put that reads a counted command's source: its completion is the moment the source
- * may be reused (the gid and position bits stay below bit 60). */
-#define DION__PX_CK_SRC (1ull << 63)
-
-DION__STATIC_ASSERT(DION_NUM_COUNTERS == DION_PROXY_LCOUNTERS,
-                    "dion_counter_wait adds the ring's local counter of the same index to the p2p one");
-
-/* A registered region (window or signal table) as the proxy thread resolves it. */
-typedef struct dion__pxr {
-    struct dion__pxr *next;
-    uint32_t id;
-    int named;
-    char *base;
-    uint64_t bytes;
-    dion__engine_mr_t *mr;
-    dion__engine_rkey_t *rkeys; /* [nranks]: the peers' parts (len 0 where the peer is not served here) */
-} dion__pxr_t;
-
-struct dion__pxc;
-
-/* The engine glue's view of one ring: engine operations in flight per position, completion in order. */
-typedef struct {
-    dion__proxy_ring_t *r;
-    struct dion__pxd *d;
-    uint32_t gid;
-    uint8_t *cnt;     /* [nslots] engine operations in flight for the position */
-    uint16_t *meta;   /* [nslots] DION__PX_META_* */
-    uint64_t exec;    /* positions taken */
-    uint64_t done;    /* positions complete */
-    uint64_t counted; /* positions below it were counted, or had nothing to count */
-    uint64_t inflight;
-    uint64_t partial; /* pos + 1 of a PUT_SIGNAL whose put is posted and whose signal is not yet */
-    char why[256];    /* the sentence that failed the ring (dion_dev_check reports it) */
-} dion__pxg_t;
-
-/* One device handle's part. */
-typedef struct dion__pxd {
-    struct dion__pxd *next;
-    uint32_t nrings;
-    dion__proxy_ring_t **rings;
-    dion__pxg_t *glue;
-    dion__pxr_t *sig;                /* the handle's signal tables */
-    dion_proxy_ring_dev_t *devrings; /* what dev->proxy_rings points to */
-    int cpu;
-} dion__pxd_t;
-
-typedef struct dion__pxc {
-    dion_comm_t comm;
-    const dion__engine_ops_t *E;
-    dion__engine_t *e;
-    dion__engine_caps_t caps;
-    pthread_mutex_t mu; /* every engine call and every list below */
-    dion__pxr_t *regions;
-    dion__pxd_t *devs;
-    dion__pxg_t *gtab[DION__PX_GLUES];
-    dion__proxy_threads_t *threads;
-    int broken;
-} dion__pxc_t;
-
-typedef struct {
-    dion__pxc_t *pc;
-    dion__engine_mr_t *mr;
-    char *base;
-    uint64_t bytes;
-} dion__px_exp_t;
+#define DION__PX_SLOTS 1024u /* commands per context's ring */
 
 /* ---- the engine glue: execute and progress (dion__proxy_exec_t) ---- */
 
-static dion__pxr_t *dion__px_find(dion__pxc_t *pc, uint32_t id)
+dion__pxr_t *dion__px_find(dion__pxc_t *pc, uint32_t id)
 {
     for (dion__pxr_t *x = pc->regions; x; x = x->next)
         if (x->named && x->id == id) return x;
@@ -103,6 +31,9 @@ static dion__pxg_t *dion__px_glue(dion__pxc_t *pc, const dion__proxy_ring_t *r)
             if (d->rings[i] == r) return &d->glue[i];
     return NULL;
 }
+
+DION__STATIC_ASSERT(DION_NUM_COUNTERS == DION_PROXY_LCOUNTERS,
+                    "dion_counter_wait adds the ring's local counter of the same index to the p2p one");
 
 /* Counts the counted commands whose sources the engine no longer reads, in ring order: a count never
  * overtakes an earlier counted command of the ring, so counter >= v covers the first v counted commands
@@ -121,12 +52,23 @@ static void dion__px_count(dion__pxg_t *g)
     }
 }
 
-/* Completes positions in ring order while nothing of them is in flight, then counts what became free. */
-static void dion__px_advance(dion__pxg_t *g)
+/* Completes positions in ring order while nothing of them is in flight, then counts what became free. A
+ * staged get copies its data from the shadow into the window first. */
+void dion__px_advance(dion__pxg_t *g)
 {
     dion__proxy_ring_t *r = g->r;
     uint64_t mask = r->dev.mask;
-    while (g->done < g->exec && g->cnt[g->done & mask] == 0) g->done++;
+    while (g->done < g->exec && g->cnt[g->done & mask] == 0) {
+        uint16_t m = g->meta[g->done & mask];
+        if ((m & DION__PX_META_COPY) && !r->failed) {
+            const dion__px_copy_t *cp = &g->copy[g->done & mask];
+            if (dion__pxs_sync(g->pc, cp->r, cp->off, cp->bytes, 0) != DION_SUCCESS) {
+                snprintf(g->why, sizeof g->why, "%s", dion_last_error());
+                dion__proxy_ring_fail(r, DION_ERR_CUDA, g->why);
+            }
+        }
+        g->done++;
+    }
     dion__px_count(g);
     dion__proxy_ring_complete(r, g->done);
 }
@@ -152,7 +94,7 @@ static dion_status_t dion__px_region(dion__pxc_t *pc, uint32_t id, int peer, con
 static dion_status_t dion__px_local(const dion__pxr_t *x, uint64_t off, uint64_t bytes, int peer,
                                     const char *what)
 {
-    if (bytes <= x->bytes && off <= x->bytes - bytes && (x->mr || !bytes)) return DION_SUCCESS;
+    if (bytes <= x->bytes && off <= x->bytes - bytes && (x->mr || x->smr || !bytes)) return DION_SUCCESS;
     return dion__error(
         DION_ERR_REMOTE_ACCESS,
         "proxy: a command for rank %d reads or writes %llu bytes at offset %llu of this rank's "
@@ -165,12 +107,102 @@ static dion__engine_amo_t dion__px_sig_amo(uint8_t sig_op)
     return (sig_op & 1u) ? DION__ENGINE_AMO_ADD : DION__ENGINE_AMO_SET;
 }
 
-/* Posts what one command needs; *need gets the engine operations posted. BUSY: nothing (more) posted. */
+/* The command is fully posted: the next position starts afresh. */
+static dion_status_t dion__px_posted(dion__pxg_t *g)
+{
+    g->partial = 0;
+    g->pstep = 0;
+    return DION_SUCCESS;
+}
+
+/* Remembers that steps of the command at pos are posted, for when it comes again after BUSY. */
+static void dion__px_step(dion__pxg_t *g, uint64_t pos, uint32_t *done, uint32_t step)
+{
+    *done |= step;
+    g->partial = pos + 1;
+    g->pstep = *done;
+}
+
+/* The signal part of a notice (the target's own signal table, by its key). */
+static void dion__px_note_signal(dion__px_note_t *n, const dion__pxg_t *g, int peer,
+                                 const dion_proxy_cmd_t *c)
+{
+    n->has_sig = 1;
+    n->sig_op = c->u.rma.sig_op;
+    n->sig = c->u.rma.sig;
+    n->value = c->u.rma.value;
+    n->sigkey = g->d->sig->rkeys[peer].mem.key;
+}
+
+/* put and put_signal. The source of a staged window goes through its shadow; a staged destination gets the
+ * data in its shadow and a notice (LAND, with the signal); a put_signal into an unstaged window while notices
+ * to the peer are unacknowledged sends its signal as a notice (after them). */
+static dion_status_t dion__px_post_put(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *c,
+                                       uint64_t pos, uint32_t *need)
+{
+    const dion__engine_ops_t *E = pc->E;
+    int peer = c->peer, sig = c->op == DION_PROXY_OP_PUT_SIGNAL;
+    uint32_t done = g->partial == pos + 1 ? g->pstep : 0;
+    uint64_t bytes = c->u.rma.bytes, soff = c->u.rma.src_off, doff = c->u.rma.dst_off;
+    dion__pxr_t *src = NULL, *dst = NULL;
+    dion_status_t st;
+    if ((st = dion__px_region(pc, c->u.rma.dst_win, peer, "destination", &dst)) != DION_SUCCESS) return st;
+    if ((st = dion__px_region(pc, c->u.rma.src_win, peer, "source", &src)) != DION_SUCCESS) return st;
+    if ((st = dion__px_local(src, soff, bytes, peer, "source")) != DION_SUCCESS) return st;
+    if (sig && !g->d->sig) return dion__error(DION_ERR_INTERNAL, "proxy: the handle has no signal tables");
+    const dion__px_desc_t *to = &dst->rkeys[peer];
+    int note = to->staged || (sig && dion__pxs_pending(pc, peer));
+    uint16_t *meta = &g->meta[pos & g->r->dev.mask];
+    if (!bytes) *meta |= DION__PX_META_SRC; /* no bytes to read: a counted source is free at once */
+    if (bytes && !(done & DION__PXS_DATA)) {
+        const char *from = src->base + soff;
+        dion__engine_mr_t *mr = src->mr;
+        if (src->staged) {
+            if (!(done & DION__PXS_STAGED_IN)) {
+                if ((st = dion__pxs_sync(pc, src, soff, bytes, 1)) != DION_SUCCESS) return st;
+                dion__px_step(g, pos, &done, DION__PXS_STAGED_IN);
+                *meta |= DION__PX_META_SRC; /* copied into the shadow: the window's bytes are free */
+            }
+            from = src->shadow + soff;
+            mr = src->smr;
+        }
+        /* a counted command's source is free at this put's completion, before the command's (which also
+         * waits for the signal and for every earlier position) */
+        uint64_t ck = dion__px_cookie(g, pos);
+        if ((*meta & DION__PX_META_CNT) && !(*meta & DION__PX_META_SRC)) ck |= DION__PX_CK_SRC;
+        st = E->put(pc->e, peer, mr, from, to->staged ? &to->shadow : &to->mem, doff, bytes, 0, ck);
+        if (st != DION_SUCCESS) return st;
+        dion__px_step(g, pos, &done, DION__PXS_DATA);
+        (*need)++;
+    }
+    if (note) {
+        dion__px_note_t n;
+        memset(&n, 0, sizeof n);
+        n.op = to->staged ? DION__PXN_LAND : DION__PXN_SIG;
+        n.win = c->u.rma.dst_win;
+        n.off = doff;
+        n.bytes = to->staged ? bytes : 0;
+        if (sig) dion__px_note_signal(&n, g, peer, c);
+        if ((st = dion__pxs_send(pc, g, pos, peer, &n, 0)) != DION_SUCCESS) return st;
+        (*need)++; /* the acknowledgement */
+        return dion__px_posted(g);
+    }
+    if (!sig) return dion__px_posted(g);
+    st = E->atomic(pc->e, peer, dion__px_sig_amo(c->u.rma.sig_op), &g->d->sig->rkeys[peer].mem,
+                   (uint64_t)c->u.rma.sig * 8u, c->u.rma.value, 0, DION__ENGINE_F_ORDERED,
+                   dion__px_cookie(g, pos));
+    if (st != DION_SUCCESS) return st;
+    (*need)++;
+    return dion__px_posted(g);
+}
+
+/* Posts what one command needs; *need gets the engine operations (and notices) posted. BUSY: nothing (more)
+ * posted, the command comes again. */
 static dion_status_t dion__px_post(dion__pxc_t *pc, dion__pxg_t *g, dion_proxy_cmd_t *c, uint64_t pos,
                                    uint32_t *need)
 {
     const dion__engine_ops_t *E = pc->E;
-    uint64_t ck = dion__px_cookie(g, pos);
+    uint64_t ck = dion__px_cookie(g, pos), mask = g->r->dev.mask;
     int peer = c->peer;
     *need = 0;
     if (c->op == DION_PROXY_OP_NOP || c->op == DION_PROXY_OP_QUIET || c->op == DION_PROXY_OP_FENCE)
@@ -181,61 +213,70 @@ static dion_status_t dion__px_post(dion__pxc_t *pc, dion__pxg_t *g, dion_proxy_c
                            "this rank (%d) is not served by the proxy",
                            peer, pc->comm->nranks - 1, pc->comm->rank);
     dion__pxr_t *src = NULL, *dst = NULL;
+    dion__px_note_t n;
+    memset(&n, 0, sizeof n);
     dion_status_t st;
     switch (c->op) {
     case DION_PROXY_OP_PUT:
-    case DION_PROXY_OP_PUT_SIGNAL: {
-        if ((st = dion__px_region(pc, c->u.rma.dst_win, peer, "destination", &dst)) != DION_SUCCESS)
-            return st;
-        if ((st = dion__px_region(pc, c->u.rma.src_win, peer, "source", &src)) != DION_SUCCESS) return st;
-        if ((st = dion__px_local(src, c->u.rma.src_off, c->u.rma.bytes, peer, "source")) != DION_SUCCESS)
-            return st;
-        uint16_t *meta = &g->meta[pos & g->r->dev.mask];
-        if (g->partial != pos + 1 && c->u.rma.bytes) {
-            /* a counted command's source is free at this put's completion, before the command's (which also
-             * waits for the signal and for every earlier position) */
-            st = E->put(pc->e, peer, src->mr, src->base + c->u.rma.src_off, &dst->rkeys[peer],
-                        c->u.rma.dst_off, c->u.rma.bytes, 0,
-                        (*meta & DION__PX_META_CNT) ? ck | DION__PX_CK_SRC : ck);
-            if (st != DION_SUCCESS) return st;
-            (*need)++;
-        } else if (g->partial != pos + 1) {
-            *meta |= DION__PX_META_SRC; /* no bytes to read: free at once */
-        }
-        if (c->op == DION_PROXY_OP_PUT) return DION_SUCCESS;
-        g->partial = pos + 1;
-        if (!g->d->sig) return dion__error(DION_ERR_INTERNAL, "proxy: the handle has no signal tables");
-        st = E->atomic(pc->e, peer, dion__px_sig_amo(c->u.rma.sig_op), &g->d->sig->rkeys[peer],
-                       (uint64_t)c->u.rma.sig * 8u, c->u.rma.value, 0, DION__ENGINE_F_ORDERED, ck);
-        if (st != DION_SUCCESS) return st;
-        g->partial = 0;
-        (*need)++;
-        return DION_SUCCESS;
-    }
+    case DION_PROXY_OP_PUT_SIGNAL:
+        return dion__px_post_put(pc, g, c, pos, need);
     case DION_PROXY_OP_SIGNAL:
         if (!g->d->sig) return dion__error(DION_ERR_INTERNAL, "proxy: the handle has no signal tables");
-        st = E->atomic(pc->e, peer, dion__px_sig_amo(c->u.rma.sig_op), &g->d->sig->rkeys[peer],
+        if (c->u.rma.sig_op <= DION_SIG_ADD && dion__pxs_pending(pc, peer)) { /* after the notices */
+            n.op = DION__PXN_SIG;
+            dion__px_note_signal(&n, g, peer, c);
+            if ((st = dion__pxs_send(pc, g, pos, peer, &n, 0)) == DION_SUCCESS) *need = 1;
+            return st == DION_SUCCESS ? dion__px_posted(g) : st;
+        }
+        st = E->atomic(pc->e, peer, dion__px_sig_amo(c->u.rma.sig_op), &g->d->sig->rkeys[peer].mem,
                        (uint64_t)c->u.rma.sig * 8u, c->u.rma.value, 0,
                        c->u.rma.sig_op <= DION_SIG_ADD ? DION__ENGINE_F_ORDERED : 0, ck);
         if (st == DION_SUCCESS) *need = 1;
         return st;
-    case DION_PROXY_OP_GET:
+    case DION_PROXY_OP_GET: {
         if ((st = dion__px_region(pc, c->u.rma.src_win, peer, "source", &src)) != DION_SUCCESS) return st;
         if ((st = dion__px_region(pc, c->u.rma.dst_win, peer, "destination", &dst)) != DION_SUCCESS)
             return st;
         if ((st = dion__px_local(dst, c->u.rma.dst_off, c->u.rma.bytes, peer, "destination")) != DION_SUCCESS)
             return st;
         if (!c->u.rma.bytes) return DION_SUCCESS;
-        st = E->get(pc->e, peer, dst->mr, dst->base + c->u.rma.dst_off, &src->rkeys[peer], c->u.rma.src_off,
+        if (dst->staged) { /* the data lands in the shadow; advance copies it into the window */
+            g->meta[pos & mask] |= DION__PX_META_COPY;
+            g->copy[pos & mask] = (dion__px_copy_t){dst, c->u.rma.dst_off, c->u.rma.bytes};
+        }
+        const dion__px_desc_t *from = &src->rkeys[peer];
+        if (from->staged) { /* the owner refreshes its shadow and puts the data here */
+            n.op = DION__PXN_GET;
+            n.win = c->u.rma.src_win;
+            n.off = c->u.rma.src_off;
+            n.bytes = c->u.rma.bytes;
+            n.dst_win = c->u.rma.dst_win;
+            n.aux = c->u.rma.dst_off;
+            if ((st = dion__pxs_send(pc, g, pos, peer, &n, 0)) == DION_SUCCESS) *need = 1;
+            return st == DION_SUCCESS ? dion__px_posted(g) : st;
+        }
+        char *into = (dst->staged ? dst->shadow : dst->base) + c->u.rma.dst_off;
+        st = E->get(pc->e, peer, dst->staged ? dst->smr : dst->mr, into, &from->mem, c->u.rma.src_off,
                     c->u.rma.bytes, 0, ck);
         if (st == DION_SUCCESS) *need = 1;
         return st;
+    }
     case DION_PROXY_OP_FETCH_ADD:
     case DION_PROXY_OP_COMPARE_SWAP: {
         if ((st = dion__px_region(pc, c->u.amo.win, peer, "atomic", &dst)) != DION_SUCCESS) return st;
         int cas = c->op == DION_PROXY_OP_COMPARE_SWAP;
+        if (dst->rkeys[peer].staged) { /* the owner applies it to the window itself */
+            n.op = DION__PXN_AMO;
+            n.amo = (uint8_t)(cas ? DION__ENGINE_AMO_CSWAP : DION__ENGINE_AMO_FETCH_ADD);
+            n.win = c->u.amo.win;
+            n.off = c->u.amo.off;
+            n.value = cas ? c->u.amo.desired : c->u.amo.operand;
+            n.aux = cas ? c->u.amo.operand : 0;
+            if ((st = dion__pxs_send(pc, g, pos, peer, &n, 1)) == DION_SUCCESS) *need = 1;
+            return st == DION_SUCCESS ? dion__px_posted(g) : st;
+        }
         st = E->atomic(pc->e, peer, cas ? DION__ENGINE_AMO_CSWAP : DION__ENGINE_AMO_FETCH_ADD,
-                       &dst->rkeys[peer], c->u.amo.off, cas ? c->u.amo.desired : c->u.amo.operand,
+                       &dst->rkeys[peer].mem, c->u.amo.off, cas ? c->u.amo.desired : c->u.amo.operand,
                        cas ? c->u.amo.operand : 0, 0, ck);
         if (st == DION_SUCCESS) *need = 1;
         return st;
@@ -266,11 +307,13 @@ static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ri
         if (pos - g->done >= r->nslots) break; /* the position's bookkeeping is still in use */
         /* fence: nothing after it starts before everything before it completed */
         if (c->op == DION_PROXY_OP_FENCE && g->inflight) break;
-        if (pc->caps.max_ops && pc->E->pending(pc->e, -1) + 2 > pc->caps.max_ops) break;
-        /* a PUT_SIGNAL that comes again after a busy signal keeps both: its put is in flight, and may have
-         * been counted already */
+        /* a command posts up to three operations (data, notice, tail) */
+        if (pc->caps.max_ops && pc->E->pending(pc->e, -1) + 3 > pc->caps.max_ops) break;
+        /* a command that comes again after a busy engine keeps its bookkeeping: some of it is in flight,
+         * and its source may have been counted already */
         if (g->partial != pos + 1) {
             g->cnt[pos & mask] = 0;
+            g->pstep = 0;
             g->meta[pos & mask] =
                 (uint16_t)((dion__px_fetches(c->op) ? DION__PX_META_FETCH : 0) |
                            ((c->flags & DION_PROXY_F_LOCAL_COUNT) && !dion__px_fetches(c->op)
@@ -282,7 +325,7 @@ static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ri
         /* what was posted counts even when the rest was not (a PUT_SIGNAL's put before a busy signal) */
         g->cnt[pos & mask] = (uint8_t)(g->cnt[pos & mask] + need);
         g->inflight += need;
-        if (st == DION__ENGINE_BUSY) { /* comes again; g->partial remembers a posted put */
+        if (st == DION__ENGINE_BUSY) { /* comes again; g->partial and g->pstep remember what is posted */
             st = DION_SUCCESS;
             break;
         }
@@ -342,6 +385,7 @@ static int dion__px_poll_locked(dion__pxc_t *pc)
         dion__px_advance(g);
     }
     int busy = k > 0;
+    busy |= dion__pxs_progress(pc); /* notices from peers, acknowledgements of ours */
     for (dion__pxd_t *d = pc->devs; d && !busy; d = d->next)
         for (uint32_t i = 0; i < d->nrings; i++)
             if (d->glue[i].inflight) busy = 1;
@@ -456,11 +500,14 @@ static dion_status_t dion__px_comm_init(dion_comm_t c, void **state)
         DION_LOG(DION_LOG_INFO, "proxy backend: ofi engine, provider %s, domain %s, order %s, GPU memory %s",
                  pc->caps.provider, pc->caps.domain, pc->caps.order,
                  pc->caps.cuda_mem ? "registered" : "not registered");
-        ag = dion__px_threads(pc);
+        ag = dion__pxs_comm_init(pc); /* collective: every rank gets here */
+        if (ag == DION_SUCCESS) ag = dion__px_threads(pc);
     }
     free(all);
     if (ag != DION_SUCCESS) {
         if (pc) {
+            dion__proxy_threads_stop(pc->threads);
+            if (pc->e) dion__pxs_comm_fini(pc);
             if (pc->e) pc->E->close(pc->e);
             pthread_mutex_destroy(&pc->mu);
             free(pc);
@@ -481,10 +528,11 @@ static void dion__px_comm_fini(dion_comm_t c, void *state)
     while (pc->regions) {
         dion__pxr_t *x = pc->regions;
         pc->regions = x->next;
-        if (x->mr) pc->E->mem_dereg(pc->e, x->mr);
+        dion__pxs_region_free(pc, x);
         free(x->rkeys);
         free(x);
     }
+    dion__pxs_comm_fini(pc);
     pc->E->close(pc->e);
     pthread_mutex_destroy(&pc->mu);
     free(pc);
@@ -493,40 +541,16 @@ static void dion__px_comm_fini(dion_comm_t c, void *state)
 static dion_status_t dion__px_export(dion_comm_t c, void *base, size_t bytes, void *desc, void *exp)
 {
     dion__pxc_t *pc = dion__tl_state(c, &dion__tl_proxy);
-    dion__px_exp_t *x = exp;
-    dion__engine_rkey_t *rk = desc;
-    memset(rk, 0, sizeof *rk);
+    memset(desc, 0, sizeof(dion__px_desc_t));
     if (!pc) return dion__error(DION_ERR_INTERNAL, "proxy backend: no engine for this comm");
-    int mem = DION__ENGINE_MEM_HOST;
-    if (c->cuda_device >= 0 && dion__cuda_device_count() > 0) {
-        struct cudaPointerAttributes a;
-        memset(&a, 0, sizeof a);
-        if (cudaPointerGetAttributes(&a, base) == cudaSuccess && a.type == cudaMemoryTypeDevice)
-            mem = DION__ENGINE_MEM_CUDA;
-        cudaGetLastError();
-    }
-    if (mem == DION__ENGINE_MEM_CUDA && !pc->caps.cuda_mem)
-        return dion__error(
-            DION_ERR_UNSUPPORTED,
-            "proxy backend: provider %s cannot register GPU memory and staging GPU windows through "
-            "host buffers is not implemented; use a host window (dion_win_alloc on_host=1) for "
-            "peers served by the proxy",
-            pc->caps.provider);
-    pthread_mutex_lock(&pc->mu);
-    dion_status_t st = pc->E->mem_reg(pc->e, base, bytes, mem, &x->mr, rk);
-    pthread_mutex_unlock(&pc->mu);
-    if (st != DION_SUCCESS) return st;
-    x->pc = pc;
-    x->base = base;
-    x->bytes = bytes;
-    return DION_SUCCESS;
+    return dion__pxs_export(pc, base, bytes, desc, exp);
 }
 
 static dion_status_t dion__px_import(dion_comm_t c, int peer, const void *desc, void *shared, void *imp,
                                      dion__tl_view_t *view)
 {
     (void)c, (void)peer, (void)shared;
-    memcpy(imp, desc, sizeof(dion__engine_rkey_t));
+    memcpy(imp, desc, sizeof(dion__px_desc_t));
     view->base = NULL; /* not load/store reachable: every access is a command */
     return DION_SUCCESS;
 }
@@ -539,16 +563,13 @@ static void dion__px_release(void *imp)
 static void dion__px_unexport(void *exp)
 {
     dion__px_exp_t *x = exp;
-    if (!x->mr) return; /* region_done took it, or nothing was registered */
-    pthread_mutex_lock(&x->pc->mu);
-    x->pc->E->mem_dereg(x->pc->e, x->mr);
-    pthread_mutex_unlock(&x->pc->mu);
-    x->mr = NULL;
+    if (x->pc) dion__pxs_unexport(x->pc, x); /* region_done took what it keeps */
 }
 
 static int dion__px_on_host(const void *desc)
 {
-    return ((const dion__engine_rkey_t *)desc)->flags == DION__ENGINE_MEM_HOST;
+    const dion__px_desc_t *d = desc;
+    return d->mem.flags == DION__ENGINE_MEM_HOST && !d->gpu;
 }
 
 static dion_status_t dion__px_region_done(dion_comm_t c, void *state, void *exp, void *const *imps,
@@ -565,7 +586,13 @@ static dion_status_t dion__px_region_done(dion_comm_t c, void *state, void *exp,
     r->base = x->base;
     r->bytes = x->bytes;
     r->mr = x->mr;
-    x->mr = NULL;
+    r->key = x->key;
+    r->shadow = x->shadow;
+    r->smr = x->smr;
+    r->staged = x->staged;
+    r->gpu = x->gpu;
+    x->mr = x->smr = NULL;
+    x->shadow = NULL;
     for (int p = 0; p < c->nranks; p++)
         if (imps[p]) memcpy(&r->rkeys[p], imps[p], sizeof r->rkeys[p]);
     pthread_mutex_lock(&pc->mu);
@@ -594,7 +621,7 @@ static void dion__px_region_forget(void *state, void *region)
     dion__pxr_t **pp = &pc->regions;
     while (*pp && *pp != r) pp = &(*pp)->next;
     if (*pp) *pp = r->next;
-    if (r->mr) pc->E->mem_dereg(pc->e, r->mr);
+    dion__pxs_region_free(pc, r);
     pthread_mutex_unlock(&pc->mu);
     free(r->rkeys);
     free(r);
@@ -606,6 +633,7 @@ static void dion__px_dev_free(dion__pxd_t *d)
         dion__proxy_ring_destroy(d->rings[i]);
         free(d->glue[i].cnt);
         free(d->glue[i].meta);
+        free(d->glue[i].copy);
     }
     if (d->devrings) {
         if (d->cpu)
@@ -643,9 +671,11 @@ static dion_status_t dion__px_dev_init(dion_comm_t c, void *state, void *signals
         dion__pxg_t *g = &d->glue[i];
         g->r = d->rings[i];
         g->d = d;
+        g->pc = pc;
         g->cnt = calloc(DION__PX_SLOTS, 1);
         g->meta = calloc(DION__PX_SLOTS, sizeof *g->meta);
-        if (!g->cnt || !g->meta) st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
+        g->copy = calloc(DION__PX_SLOTS, sizeof *g->copy);
+        if (!g->cnt || !g->meta || !g->copy) st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
     }
     if (st == DION_SUCCESS) {
         if (cpu) {
@@ -734,15 +764,16 @@ static int dion__px_signals_on_host(dion_comm_t c, void *state)
 {
     (void)c;
     dion__pxc_t *pc = state;
-    return pc && !pc->caps.cuda_mem;
+    /* the engine writes signals into host memory, and so does the proxy when it applies a notice */
+    return pc && (!pc->caps.cuda_mem || pc->stage_on);
 }
 
 const dion__tl_ops_t dion__tl_proxy = {
     .name = "proxy",
     .kind = DION_TRANSPORT_PROXY,
-    .desc_size = sizeof(dion__engine_rkey_t),
+    .desc_size = sizeof(dion__px_desc_t),
     .exp_size = sizeof(dion__px_exp_t),
-    .imp_size = sizeof(dion__engine_rkey_t),
+    .imp_size = sizeof(dion__px_desc_t),
     .share_size = 0,
     .usable = dion__px_usable,
     .reachable = dion__px_reach,

@@ -15,6 +15,7 @@ struct dion__stage {
     uint32_t nfree;
     dion__engine_mr_t *mr; /* one registration for the whole pool */
     int gpu;               /* memory from cudaHostAlloc and copies through a private stream */
+    int device;            /* the GPU the stream belongs to (made current in the copying thread) */
     cudaStream_t stream;
 };
 
@@ -36,7 +37,8 @@ dion_status_t dion__stage_create(const dion__engine_ops_t *ops, dion__engine_t *
     dion_status_t st = DION_SUCCESS;
     s->gpu = dion__cuda_device_count() > 0;
     if (s->gpu) {
-        cudaError_t ce = cudaHostAlloc((void **)&s->mem, total, cudaHostAllocPortable);
+        cudaError_t ce = cudaGetDevice(&s->device);
+        if (ce == cudaSuccess) ce = cudaHostAlloc((void **)&s->mem, total, cudaHostAllocPortable);
         if (ce == cudaSuccess) ce = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
         if (ce != cudaSuccess) {
             st = dion__cuda_check(ce, "allocating the pinned staging pool");
@@ -86,16 +88,54 @@ size_t dion__stage_slot_bytes(const dion__stage_t *s)
 }
 
 /* cudaMemcpyDefault: the direction comes from the pointers (unified addressing), so host memory given by a
- * caller in CPU mode on a GPU machine is copied correctly too. */
+ * caller in CPU mode on a GPU machine is copied correctly too. The stream is non-blocking: the copy does not
+ * wait for kernels on the legacy default stream (which may be spinning on this very data), and the proxy
+ * thread waits for the copy alone. The proxy thread is not the thread that made the stream: the device is
+ * made current first (cheap when it is already). */
 static dion_status_t copy(dion__stage_t *s, void *dst, const void *src, size_t bytes, const char *what)
 {
+    if (!bytes) return DION_SUCCESS;
     if (!s->gpu) {
         memcpy(dst, src, bytes);
         return DION_SUCCESS;
     }
-    cudaError_t ce = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->stream);
+    cudaError_t ce = cudaSetDevice(s->device);
+    if (ce == cudaSuccess) ce = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->stream);
     if (ce == cudaSuccess) ce = cudaStreamSynchronize(s->stream);
     return ce == cudaSuccess ? DION_SUCCESS : dion__cuda_check(ce, what);
+}
+
+dion_status_t dion__stage_copy(dion__stage_t *s, void *dst, const void *src, size_t bytes, const char *what)
+{
+    return copy(s, dst, src, bytes, what);
+}
+
+dion_status_t dion__stage_shadow_alloc(dion__stage_t *s, size_t bytes, void **mem)
+{
+    *mem = NULL;
+    if (s->gpu) {
+        cudaError_t ce = cudaHostAlloc(mem, bytes ? bytes : 1, cudaHostAllocPortable);
+        if (ce != cudaSuccess) {
+            *mem = NULL;
+            return dion__cuda_check(ce, "allocating a pinned host shadow for a staged window");
+        }
+        return DION_SUCCESS;
+    }
+    if (posix_memalign(mem, 4096, bytes ? bytes : 1)) {
+        *mem = NULL;
+        return dion__error_set(DION_ERR_NO_MEMORY, "staging: cannot allocate a host shadow of %zu bytes",
+                               bytes);
+    }
+    return DION_SUCCESS;
+}
+
+void dion__stage_shadow_free(dion__stage_t *s, void *mem)
+{
+    if (!mem) return;
+    if (s->gpu)
+        cudaFreeHost(mem);
+    else
+        free(mem);
 }
 
 static dion_status_t check_slot(const dion__stage_t *s, int slot, size_t bytes)
