@@ -38,7 +38,7 @@ if want test1; then # ranks sharing GPU 0 under MPS; the proxy's GPU tests have 
   (cd $B && CUDA_VISIBLE_DEVICES=0 run ctest_1gpu 240 ctest -L gpu --output-on-failure -E "pergpu|conf_gpu_proxy")
 fi
 if want proxytest; then # GPU kernels over the proxy (tcp, shm; host and staged GPU windows), and the stress
-  (cd $B && CUDA_VISIBLE_DEVICES=0 DION_LOG=info run ctest_proxy 900 ctest -L gpu -V \
+  (cd $B && CUDA_VISIBLE_DEVICES=0 DION_LOG=info run ctest_proxy 540 ctest -L gpu -V \
     -R "conf_gpu_stress_2|conf_gpu_proxy")
 fi
 NVSHMEM_LIB=$(grep -oP 'NVSHMEM found in \K\S+' "$OUT/configure.log" 2>/dev/null)
