@@ -34,8 +34,12 @@ if want build; then
   grep -iE "nvshmem|nccl" "$OUT/configure.log"
   run build 300 cmake --build $B -j 16 || exit 1
 fi
-if want test1; then # ranks sharing GPU 0 under MPS
-  (cd $B && CUDA_VISIBLE_DEVICES=0 run ctest_1gpu 240 ctest -L gpu --output-on-failure -E pergpu)
+if want test1; then # ranks sharing GPU 0 under MPS; the proxy's GPU tests have their own step (proxytest)
+  (cd $B && CUDA_VISIBLE_DEVICES=0 run ctest_1gpu 240 ctest -L gpu --output-on-failure -E "pergpu|conf_gpu_proxy")
+fi
+if want proxytest; then # GPU kernels over the proxy (tcp, shm; host and staged GPU windows), and the stress
+  (cd $B && CUDA_VISIBLE_DEVICES=0 DION_LOG=info run ctest_proxy 540 ctest -L gpu -V \
+    -R "conf_gpu_stress_2|conf_gpu_proxy")
 fi
 NVSHMEM_LIB=$(grep -oP 'NVSHMEM found in \K\S+' "$OUT/configure.log" 2>/dev/null)
 [ -n "$NVSHMEM_LIB" ] && export LD_LIBRARY_PATH=$NVSHMEM_LIB/lib:${LD_LIBRARY_PATH:-}

@@ -1512,8 +1512,9 @@ static void dt_test_counter_check(dion_win_t win, char *base, size_t size)
     DT_OK(dion_comm_barrier(dt_comm));
 }
 
-/* 13. put_signal stress: random sizes (1 B .. 1 MiB), random offsets, thread / warp / block senders, a  */
-/*     few messages in flight; the receiver checks every message's bytes as soon as its signal shows it.  */
+/* 13. put_signal stress: random sizes (1 B .. 1 MiB), random offsets, thread / warp / block senders (and */
+/*     put + signal), a few messages in flight; the receiver checks every message's bytes as soon as its  */
+/*     signal shows it.                                                                                   */
 
 typedef struct {
     dion_dev_t dev;
@@ -1572,8 +1573,11 @@ DT_KERNEL(dt_stress_kernel, dt_stress_args_t)
             for (uint64_t i = (soff >> 3) + t; i <= (soff + bytes - 1) >> 3; i += nt)
                 w[i] = dt_mix(((uint64_t)me << 48) ^ (k << 32) ^ i);
             dion__group_sync(DION__BLOCK);
-            uint32_t g = (uint32_t)(k % 3);
-            if (g == 2)
+            uint32_t g = (uint32_t)(k % 4);
+            if (g == 3 && t == 0) { /* a put, then a (release) signal: the signal must not overtake the put */
+                dion_put(c, a->win, next, doff, a->win, soff, bytes);
+                dion_signal(c, next, DT_ST_SIG, DION_SIG_SET, k);
+            } else if (g == 2)
                 dion_put_signal_block(c, a->win, next, doff, a->win, soff, bytes, DT_ST_SIG, DION_SIG_SET, k);
             else if (g == 1 && t < 32)
                 dion_put_signal_warp(c, a->win, next, doff, a->win, soff, bytes, DT_ST_SIG, DION_SIG_SET, k);
@@ -1743,9 +1747,10 @@ static int dt_main(int argc, char **argv)
         /* DT_STRESS_COUNT: messages per rank (default 400) */
         uint32_t count = getenv("DT_STRESS_COUNT") ? (uint32_t)atoi(getenv("DT_STRESS_COUNT")) : 400u;
         if (count < 10 || count > 100000) count = 400;
-        DT_RUN("put_signal stress: random sizes 1 B..1 MiB, random offsets, thread/warp/block, data checked "
-               "at every signal",
-               dt_test_stress(count));
+        DT_RUN(
+            "put_signal stress: random sizes 1 B..1 MiB, random offsets, thread/warp/block and put+signal, "
+            "data checked at every signal",
+            dt_test_stress(count));
     } else if (!strcmp(mode, "abort")) {
         DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
     } else {

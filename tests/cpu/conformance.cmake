@@ -41,18 +41,20 @@ dion_test(NAME conf_cpu_proxy_stress_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --tim
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DT_STRESS_COUNT=200")
 set_tests_properties(conf_cpu_proxy_stress_2 PROPERTIES RUN_SERIAL TRUE)
 # Every window staged through host shadows and notices (DION_PROXY_STAGING=always), as GPU windows are where
-# the provider cannot register GPU memory: the suite, 2 and 3 ranks over tcp, 2 over shm, and the stress.
+# the provider cannot register GPU memory: the suite, 2 and 3 ranks over tcp, 2 over shm, and the stress. Every
+# staged put takes one more hop (the owner's proxy applies it): on the shared 2-core CI machine at load ~80 one
+# run stalled past the 10 s default wait timeout, so these waits get 60 s (a lost notice still fails them).
 foreach(n 2 3)
   dion_test(NAME conf_cpu_proxy_staged_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
             LABELS "host;cpu" TIMEOUT 240
-            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DION_PROXY_STAGING=always;DT_STREAM_COUNT=500")
+            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DION_PROXY_STAGING=always;DION_WAIT_TIMEOUT=60s;DT_STREAM_COUNT=500")
   set_tests_properties(conf_cpu_proxy_staged_${n} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
 dion_test(NAME conf_cpu_proxy_staged_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 200 $<TARGET_FILE:conformance_cpu> all
           LABELS "host;cpu" TIMEOUT 240
-          ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_PROXY_STAGING=always;DT_STREAM_COUNT=500")
+          ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_PROXY_STAGING=always;DION_WAIT_TIMEOUT=60s;DT_STREAM_COUNT=500")
 set_tests_properties(conf_cpu_proxy_staged_shm_2 PROPERTIES RUN_SERIAL TRUE)
 dion_test(NAME conf_cpu_proxy_staged_stress_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> stress
           LABELS "host;cpu" TIMEOUT 120
-          ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DION_PROXY_STAGING=always;DT_STRESS_COUNT=200")
+          ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DION_PROXY_STAGING=always;DION_WAIT_TIMEOUT=60s;DT_STRESS_COUNT=200")
 set_tests_properties(conf_cpu_proxy_staged_stress_2 PROPERTIES RUN_SERIAL TRUE)

@@ -366,6 +366,15 @@ static int dion__px_poll_locked(dion__pxc_t *pc)
         return 0;
     }
     for (int j = 0; j < k; j++) {
+        if (cq[j].cookie == DION__PX_INTERNAL) {
+            /* a notice, its tail or an acknowledgement (px_stage.c) failed: whoever waits for it would wait
+             * forever, so every ring fails with the engine's sentence */
+            if (cq[j].status != DION_SUCCESS) {
+                DION_LOG(DION_LOG_WARN, "%s", cq[j].why);
+                dion__px_fail_all(pc, cq[j].status, cq[j].why);
+            }
+            continue;
+        }
         dion__pxg_t *g = pc->gtab[(cq[j].cookie & ~DION__PX_CK_SRC) >> DION__PX_POS_BITS];
         if (!g) continue; /* its handle is gone */
         uint64_t mask = g->r->dev.mask;
