@@ -13,7 +13,7 @@
 
 #include "src/comm.h"
 
-#define DION__TL_WHY 256 /* bytes of a "why not" sentence */
+#define DION__TL_WHY 512 /* bytes of a "why not" sentence */
 
 /* What device code may load and store directly for one peer's region, and what it must ask the backend for.
  */

@@ -91,7 +91,7 @@ typedef struct {
     dion_status_t status; /* DION_SUCCESS, DION_ERR_REMOTE_ACCESS (bad key, out of bounds, protection),
                              DION_ERR_PEER_FAILED (peer unreachable), DION_ERR_NETWORK (other) */
     int peer;
-    char why[320]; /* when status is not DION_SUCCESS: a sentence naming the operation, peer and cause */
+    char why[512]; /* when status is not DION_SUCCESS: a sentence naming the operation, peer and cause */
 } dion__engine_cqe_t;
 
 typedef struct dion__engine_ops {

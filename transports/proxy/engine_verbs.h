@@ -134,7 +134,7 @@ typedef struct {
     uint64_t cookie;
     dion_status_t status; /* not DION_SUCCESS: the sentence is in why (and dion_last_error()) */
     int peer;
-    char why[320]; /* the decoded completion status, naming the operation, peer and QPs; "" on success */
+    char why[512]; /* the decoded completion status, naming the operation, peer and QPs; "" on success */
 } dion__verbs_cqe_t;
 /* Up to max completions of context ctx; returns how many, or -1 when polling itself failed. */
 int dion__verbs_poll(dion__verbs_t *v, int ctx, dion__verbs_cqe_t *out, int max);

@@ -45,7 +45,7 @@ typedef struct {
     uint64_t done;  /* positions complete */
     uint64_t inflight;
     uint64_t partial; /* pos + 1 of a PUT_SIGNAL whose put is posted and whose signal is not yet */
-    char why[256];    /* the sentence that failed the ring (dion_dev_check reports it) */
+    char why[512];    /* the sentence that failed the ring (dion_dev_check reports it) */
 } dion__pxg_t;
 
 /* One device handle's part. */
@@ -299,8 +299,13 @@ static int dion__px_poll_locked(dion__pxc_t *pc)
         if (g->meta[pos & mask] & DION__PX_META_FETCH)
             dion__proxy_cmd_result(&g->r->slots[pos & mask], cq[j].value);
         if (cq[j].status != DION_SUCCESS && !g->r->failed) {
+            /* Device code records no error for a ring failed with DION_ERR_PEER_FAILED: it leaves that to
+             * the abort words, which only the bootstrap's failure detection writes. An engine's "peer
+             * unreachable" (verbs: retry counter exceeded) also comes from live peers behind a broken link,
+             * so the ring fails with DION_ERR_NETWORK and dion_dev_check gets the engine's sentence. */
+            dion_status_t fs = cq[j].status == DION_ERR_PEER_FAILED ? DION_ERR_NETWORK : cq[j].status;
             snprintf(g->why, sizeof g->why, "%s", cq[j].why);
-            dion__proxy_ring_fail(g->r, cq[j].status, cq[j].why);
+            dion__proxy_ring_fail(g->r, fs, cq[j].why);
         }
         if (g->cnt[pos & mask]) g->cnt[pos & mask]--;
         if (g->inflight) g->inflight--;
