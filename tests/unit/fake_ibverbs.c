@@ -607,6 +607,15 @@ static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_
             ctl.wr[i].qpn = qp->qp_num;
             ctl.wr[i].opcode = wr->opcode;
             ctl.wr[i].flags = wr->send_flags;
+            int at = wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+            ctl.wr[i].num_sge = wr->num_sge;
+            ctl.wr[i].laddr = wr->num_sge ? wr->sg_list[0].addr : 0;
+            ctl.wr[i].len = wr->num_sge ? wr->sg_list[0].length : 0;
+            ctl.wr[i].lkey = wr->num_sge ? wr->sg_list[0].lkey : 0;
+            ctl.wr[i].raddr = at ? wr->wr.atomic.remote_addr : wr->wr.rdma.remote_addr;
+            ctl.wr[i].rkey = at ? wr->wr.atomic.rkey : wr->wr.rdma.rkey;
+            ctl.wr[i].compare_add = at ? wr->wr.atomic.compare_add : 0;
+            ctl.wr[i].swap = at ? wr->wr.atomic.swap : 0;
         }
         enum ibv_wc_status st;
         if (q->err)

@@ -17,6 +17,9 @@ typedef struct {
         uint32_t qpn;
         int opcode;
         unsigned flags;
+        int num_sge;
+        uint64_t laddr, len, raddr, compare_add, swap;
+        uint32_t lkey, rkey;
     } wr[FAKE_LOG];
     int nmodify;
     struct {
@@ -43,5 +46,7 @@ typedef fake_ibv_ctl_t *(*fake_ibv_control_fn)(void);
 
 /* test_verbs_engine.c */
 void test_engine(const char *fake_lib, int *failures);
+/* test_verbs_ops.c: the engine behind engine.h */
+void test_engine_ops(const char *fake_lib, int *failures);
 
 #endif

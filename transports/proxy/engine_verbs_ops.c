@@ -24,6 +24,7 @@
 #if DION_HAVE_VERBS
 
 #include "engine_verbs.h"
+#include "src/cuda.h"
 
 #define VX_MAX_MSG 0x80000000ull /* a verbs message is at most 2^31 bytes */
 
@@ -63,6 +64,35 @@ static void vx_close(dion__engine_t *e)
     free(x->free_stack);
     free(x->pend);
     free(x);
+}
+
+/* Whether GPU memory registers here (dmabuf or nvidia-peermem), tried on a small cudaMalloc: where it does
+ * not, the proxy keeps signal tables in host memory and refuses GPU windows with a sentence, instead of
+ * failing at the first registration. */
+static int vx_gpu_probe(vx_t *x, int device)
+{
+    int prev = -1, ok = 0;
+    void *p = NULL;
+    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(device) != cudaSuccess ||
+        cudaMalloc(&p, 1 << 16) != cudaSuccess) {
+        cudaGetLastError();
+        DION_LOG(DION_LOG_INFO, "proxy/verbs: no GPU memory to try registering on device %d", device);
+    } else {
+        dion__verbs_mr_t *m = NULL;
+        ok = dion__verbs_mem_reg(x->v, p, 1 << 16, DION__VERBS_MEM_GPU, &m) == DION_SUCCESS;
+        if (ok)
+            DION_LOG(DION_LOG_INFO, "proxy/verbs: GPU memory registers (%s)",
+                     m->path == DION__VERBS_REG_DMABUF ? "dmabuf" : "nvidia-peermem");
+        else
+            DION_LOG(DION_LOG_INFO,
+                     "proxy/verbs: GPU memory does not register, GPU windows will be refused: %s",
+                     dion_last_error());
+        dion__verbs_mem_dereg(x->v, m);
+        dion__error_clear();
+    }
+    if (p) cudaFree(p);
+    if (prev >= 0) cudaSetDevice(prev);
+    return ok;
 }
 
 static dion_status_t vx_open(const dion__engine_open_args_t *a, dion__engine_t **out, char *why, size_t cap)
@@ -109,6 +139,7 @@ static dion_status_t vx_open(const dion__engine_open_args_t *a, dion__engine_t *
         vx_close((dion__engine_t *)(void *)x);
         return s;
     }
+    if (x->cuda) x->cuda = vx_gpu_probe(x, a->cuda_device);
     *out = (dion__engine_t *)(void *)x;
     return DION_SUCCESS;
 }
