@@ -40,7 +40,7 @@ if(TARGET dion_fake_ibverbs)
   foreach(n 2 3)
     dion_test(NAME conf_cpu_proxy_verbs_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
               LABELS "host;cpu" TIMEOUT 240
-              ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>;DT_STREAM_COUNT=2000")
+              ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>;FAKE_IBV_REORDER=1;DT_STREAM_COUNT=2000")
   endforeach()
   # An error completion (remote access error, then retry exceeded) fails the ring: quiet returns an error and
   # dion_dev_check names the peer and the decoded status.

@@ -12,6 +12,8 @@
  *    memory, and answers; the post returns after the answer, so completions come in posting order and a
  *    completion means the data is in the target's memory. A broken connection completes with
  *    IBV_WC_RETRY_EXC_ERR, as a dead peer does on a NIC.
+ *  Reordering (FAKE_IBV_REORDER=1 or ctl.reorder): READs and ATOMICs are executed late and unfenced WRITEs
+ * pass them, as IBA allows an RC responder (post_reordered), so a missing IBV_SEND_FENCE shows in the data.
  *  Error injection (any mode): FAKE_IBV_FAIL_AT=<n> fails this process's n-th WR (0-based) with
  *  FAKE_IBV_FAIL_STATUS (an ibv_wc_status number; default IBV_WC_REM_ACCESS_ERR); later WRs on that QP
  *  flush, as on a NIC. */
@@ -49,6 +51,14 @@ typedef struct {
     uint32_t dest;
     int err, max_inline;
     int sock; /* > 0: the remote end is in another process, served through this socket */
+    /* reorder mode: the WRs posted and not yet completed, in posting order */
+    struct held {
+        struct ibv_send_wr wr;
+        struct ibv_sge sge;
+        int done;
+        enum ibv_wc_status st;
+    } * held;
+    int nheld;
 } fqp_t;
 #define MAXQP 64
 #define MAXMR 64
@@ -243,6 +253,8 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d)
             ctl.fail_at = atol(at);
             ctl.fail_status = st && *st ? (enum ibv_wc_status)atoi(st) : IBV_WC_REM_ACCESS_ERR;
         }
+        const char *ro = getenv("FAKE_IBV_REORDER");
+        if (ro && *ro) ctl.reorder = atoi(ro);
     }
     struct ibv_context *c = calloc(1, sizeof *c);
     c->device = d;
@@ -371,6 +383,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
             q->qp.state = IBV_QPS_RESET;
             q->qp.qp_type = IBV_QPT_RC;
             q->max_inline = (int)ia->cap.max_inline_data;
+            q->held = calloc(1024, sizeof *q->held); /* max_send_wr is at most 1024 here */
             qps[i] = q;
             ctl.live_qps++;
             return &q->qp;
@@ -383,6 +396,7 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
     for (int i = 0; i < MAXQP; i++)
         if (qps[i] == (fqp_t *)qp) qps[i] = NULL;
     if (((fqp_t *)qp)->sock > 0) close(((fqp_t *)qp)->sock);
+    free(((fqp_t *)qp)->held);
     ctl.live_qps--;
     free(qp);
     return 0;
@@ -593,6 +607,46 @@ static enum ibv_wc_status execute(fqp_t *q, struct ibv_send_wr *wr)
     }
 }
 
+/* Reorder mode: executes one held WR (once). */
+static void run_held(fqp_t *q, struct held *h)
+{
+    if (h->done) return;
+    if (q->err)
+        h->st = IBV_WC_WR_FLUSH_ERR;
+    else if (h->st == IBV_WC_SUCCESS)
+        h->st = execute(q, &h->wr);
+    if (h->st != IBV_WC_SUCCESS) q->err = 1;
+    h->done = 1;
+}
+
+/* Reorder mode: executes what is still held, in order, then completes everything in posting order. */
+static void flush_held(fqp_t *q)
+{
+    for (int k = 0; k < q->nheld; k++) run_held(q, &q->held[k]);
+    for (int k = 0; k < q->nheld; k++) complete(q, &q->held[k].wr, q->held[k].st);
+    q->nheld = 0;
+}
+
+/* Reorder mode (ctl.reorder): what an RC responder may do. A READ or ATOMIC is held and executed late (at the
+ * next poll of its CQ, or before a fenced WR); a WRITE without IBV_SEND_FENCE executes at once, passing every
+ * READ and ATOMIC still held; a fenced WRITE first executes everything held. WRITEs never pass WRITEs, READs
+ * and ATOMICs never pass each other, and completions still come in posting order. */
+static void post_reordered(fqp_t *q, struct ibv_send_wr *wr, enum ibv_wc_status forced)
+{
+    struct held *h = &q->held[q->nheld++];
+    h->wr = *wr;
+    h->wr.next = NULL;
+    if (wr->num_sge) h->sge = wr->sg_list[0], h->wr.sg_list = &h->sge;
+    h->done = 0;
+    h->st = forced;
+    int rd_at = wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+                wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    if (rd_at) return;
+    if (wr->send_flags & IBV_SEND_FENCE)
+        for (int k = 0; k + 1 < q->nheld; k++) run_held(q, &q->held[k]);
+    run_held(q, h); /* an inline payload is read here, while the caller's copy lives */
+}
+
 static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     fqp_t *q = (fqp_t *)qp;
@@ -617,6 +671,10 @@ static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_
             ctl.wr[i].compare_add = at ? wr->wr.atomic.compare_add : 0;
             ctl.wr[i].swap = at ? wr->wr.atomic.swap : 0;
         }
+        if (ctl.reorder && q->held) {
+            post_reordered(q, wr, i == ctl.fail_at ? ctl.fail_status : IBV_WC_SUCCESS);
+            continue;
+        }
         enum ibv_wc_status st;
         if (q->err)
             st = IBV_WC_WR_FLUSH_ERR;
@@ -633,6 +691,8 @@ static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_
 static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
     fcq_t *c = (fcq_t *)cq;
+    for (int i = 0; i < MAXQP; i++)
+        if (qps[i] && qps[i]->nheld && qps[i]->qp.send_cq == cq) flush_held(qps[i]);
     int k = 0;
     while (k < n && c->tail != c->head) {
         wc[k++] = c->ring[c->tail];

@@ -244,6 +244,29 @@ void test_engine_ops(const char *lib, int *failures)
     CHECK(E->put(e0, 1, msrc, src, &kdst, 0, 8, 0, 0x200) == DION_SUCCESS && drain(e0, cq, 1) == 1,
           "posting after the queue drained");
 
+    /* a responder that reorders as RC allows (the fake's reorder mode): an unfenced WRITE passes an earlier
+     * READ of the same bytes, so the READ returns the new data; the engine's ORDERED put carries a fence and
+     * the READ returns the old data. Shows that the fake would expose a missing fence, and that the engine
+     * sets it. */
+    ctl->reorder = 1;
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t old_v = 0x1111111111111111ull * (uint64_t)(pass + 1), new_v = ~old_v, got_v = 0;
+        memcpy(dst + 3000, &old_v, 8);
+        memcpy(src + 3100, &new_v, 8);
+        memset(src + 3200, 0, 8);
+        CHECK(E->get(e0, 1, msrc, src + 3200, &kdst, 3000, 8, 0, 0x400) == DION_SUCCESS &&
+                  E->put(e0, 1, msrc, src + 3100, &kdst, 3000, 8, pass ? DION__ENGINE_F_ORDERED : 0, 0x401) ==
+                      DION_SUCCESS,
+              "get then put: %s", dion_last_error());
+        CHECK(drain(e0, cq, 2) == 2 && cq[0].cookie == 0x400 && cq[1].cookie == 0x401,
+              "completions in posting order under reordering");
+        memcpy(&got_v, src + 3200, 8);
+        CHECK(got_v == (pass ? old_v : new_v), "%s put: the READ returned %#llx (old %#llx, new %#llx)",
+              pass ? "an ordered (fenced)" : "an unfenced", (unsigned long long)got_v,
+              (unsigned long long)old_v, (unsigned long long)new_v);
+    }
+    ctl->reorder = 0;
+
     /* an error completion: its sentence names the peer and the status; the QP is failed afterwards */
     ctl->fail_at = ctl->wr_count;
     ctl->fail_status = IBV_WC_REM_ACCESS_ERR;
