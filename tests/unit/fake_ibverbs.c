@@ -14,6 +14,7 @@
  *    IBV_WC_RETRY_EXC_ERR, as a dead peer does on a NIC.
  *  Reordering (FAKE_IBV_REORDER=1 or ctl.reorder): READs and ATOMICs are executed late and unfenced WRITEs
  * pass them, as IBA allows an RC responder (post_reordered), so a missing IBV_SEND_FENCE shows in the data.
+ *  FAKE_IBV_FAIL_RTR=1: every INIT->RTR transition fails (EINVAL), as towards an unreachable address.
  *  Error injection (any mode): FAKE_IBV_FAIL_AT=<n> fails this process's n-th WR (0-based) with
  *  FAKE_IBV_FAIL_STATUS (an ibv_wc_status number; default IBV_WC_REM_ACCESS_ERR); later WRs on that QP
  *  flush, as on a NIC. */
@@ -253,8 +254,9 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d)
             ctl.fail_at = atol(at);
             ctl.fail_status = st && *st ? (enum ibv_wc_status)atoi(st) : IBV_WC_REM_ACCESS_ERR;
         }
-        const char *ro = getenv("FAKE_IBV_REORDER");
+        const char *ro = getenv("FAKE_IBV_REORDER"), *rtr = getenv("FAKE_IBV_FAIL_RTR");
         if (ro && *ro) ctl.reorder = atoi(ro);
+        if (rtr && *rtr) ctl.fail_rtr = atoi(rtr);
     }
     struct ibv_context *c = calloc(1, sizeof *c);
     c->device = d;
@@ -428,7 +430,7 @@ EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
         return EINVAL;
     if (to == IBV_QPS_INIT && a->port_num != 2) return EINVAL;
     if (to == IBV_QPS_RTR) {
-        if (a->ah_attr.port_num != 2) return EINVAL;
+        if (a->ah_attr.port_num != 2 || ctl.fail_rtr) return EINVAL;
         if (ctl.link_layer == IBV_LINK_LAYER_ETHERNET &&
             (!a->ah_attr.is_global || a->ah_attr.grh.sgid_index > 3))
             return EINVAL;

@@ -32,6 +32,7 @@ typedef struct {
      * registers [iova, iova+len). */
     int dmabuf_ok, dmabuf_calls, dmabuf_fd_was_dmabuf;
     int no_atomics; /* fake_0 reports IBV_ATOMIC_NONE */
+    int fail_rtr;   /* every INIT->RTR fails with EINVAL */
     int reorder;    /* READs/ATOMICs run late, unfenced WRITEs pass them (fake_ibverbs.c, post_reordered) */
     /* ibv_get_async_event hands these out, then EAGAIN; a QP event names the QP by number. */
     int async_n, async_acked;

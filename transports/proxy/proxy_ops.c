@@ -449,9 +449,9 @@ static uint32_t dion__px_scope(dion_comm_t c, int peer, int cpu)
     return DION_SCOPE_SYS; /* the proxy thread and the engine write from outside the GPU */
 }
 
-/* Collective: every rank names the engines it can open; the first that all can open is the comm's. A
- * sentence names, for each engine, a rank that cannot open it. */
-static dion_status_t dion__px_agree_engine(dion_comm_t c, int *pick)
+/* Collective: every rank names the engines it can open; *common gets those all can open (the first is the
+ * comm's, the others its fallbacks). A sentence names, for each engine, a rank that cannot open it. */
+static dion_status_t dion__px_agree_engine(dion_comm_t c, uint32_t *common_out)
 {
     char why[DION__TL_WHY] = "";
     uint32_t wanted = dion__px_wanted(why, sizeof why);
@@ -461,10 +461,7 @@ static dion_status_t dion__px_agree_engine(dion_comm_t c, int *pick)
     dion_status_t st = dion__boot_allgather(c->boot, &mine, sizeof mine, all);
     uint32_t common = wanted;
     for (int r = 0; st == DION_SUCCESS && r < c->nranks; r++) common &= all[r];
-    *pick = -1;
-    for (int i = 0; st == DION_SUCCESS && i < DION__PX_NENG && *pick < 0; i++)
-        if (common & (1u << i)) *pick = i;
-    if (st == DION_SUCCESS && *pick < 0) {
+    if (st == DION_SUCCESS && !common) {
         char list[DION__TL_WHY] = "";
         size_t len = 0;
         for (int i = 0; i < DION__PX_NENG; i++) {
@@ -485,6 +482,7 @@ static dion_status_t dion__px_agree_engine(dion_comm_t c, int *pick)
             list, mine_why[0] ? "; here: " : "", mine_why);
     }
     free(all);
+    *common_out = st == DION_SUCCESS ? common : 0;
     return st;
 }
 
@@ -530,24 +528,40 @@ static dion_status_t dion__px_comm_init(dion_comm_t c, void **state)
     *state = NULL;
     dion__pxc_t *pc = calloc(1, sizeof *pc);
     char why[DION__TL_WHY] = "";
-    int pick = -1;
+    uint32_t common = 0;
     dion_status_t st = pc ? DION_SUCCESS : dion__error(DION_ERR_NO_MEMORY, "out of memory");
     dion_status_t ag = dion__comm_agree(c, st, "starting the proxy backend");
-    if (ag == DION_SUCCESS) ag = dion__px_agree_engine(c, &pick);
+    if (ag == DION_SUCCESS) ag = dion__px_agree_engine(c, &common);
     if (ag != DION_SUCCESS) {
         free(pc);
         return ag;
     }
     pc->comm = c;
-    pc->E = dion__px_engines[pick];
-    snprintf(pc->label, sizeof pc->label, "proxy/%s", pc->E->name);
     pthread_mutex_init(&pc->mu, NULL);
-    st = dion__px_open(c, pc->E, &pc->e, why, sizeof why);
-    if (st != DION_SUCCESS)
-        st = dion__error(st, "proxy backend: the %s engine cannot run on rank %d: %s", pc->E->name, c->rank,
-                         why);
-    if (st == DION_SUCCESS) pc->E->query(pc->e, &pc->caps);
-    ag = dion__px_connect(pc, st);
+    /* The first engine every rank opens; if it cannot be connected on some rank (comm_agree gives every rank
+     * the same verdict), the next one, so that "verbs, else ofi" also covers a fabric the probe could not
+     * judge. */
+    for (int i = 0; i < DION__PX_NENG; i++) {
+        if (!(common & (1u << i))) continue;
+        pc->E = dion__px_engines[i];
+        snprintf(pc->label, sizeof pc->label, "proxy/%s", pc->E->name);
+        memset(&pc->caps, 0, sizeof pc->caps);
+        st = dion__px_open(c, pc->E, &pc->e, why, sizeof why);
+        if (st != DION_SUCCESS)
+            st = dion__error(st, "proxy backend: the %s engine cannot run on rank %d: %s", pc->E->name,
+                             c->rank, why);
+        if (st == DION_SUCCESS) pc->E->query(pc->e, &pc->caps);
+        ag = dion__px_connect(pc, st);
+        if (ag == DION_SUCCESS) break;
+        if (pc->e) pc->E->close(pc->e);
+        pc->e = NULL;
+        uint32_t rest = common & ~((2u << i) - 1u);
+        if (!rest) break;
+        int next = i + 1;
+        while (!(rest & (1u << next))) next++;
+        DION_LOG(DION_LOG_WARN, "proxy backend: the %s engine could not start on every rank (%s); using %s",
+                 pc->E->name, dion_last_error(), dion__px_engines[next]->name);
+    }
     if (ag == DION_SUCCESS) {
         DION_LOG(DION_LOG_INFO, "proxy backend: %s engine, provider %s, domain %s, order %s, GPU memory %s",
                  pc->E->name, pc->caps.provider, pc->caps.domain, pc->caps.order,
