@@ -39,10 +39,11 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "Default timeout of every device wait, quiet and barrier when dion_dev_attr_t.wait_timeout_ns is 0; "
      "0 waits forever.",
      NULL},
-    {"DION_TRANSPORT", DION_CFG_ENUM, "auto", "auto|p2p|proxy",
-     "Backend for remote peers. auto: p2p where the peer's memory can be mapped, else proxy (an engine "
-     "such as libfabric driven by proxy threads; reaches other hosts). A name forces that backend for every "
-     "peer.",
+    {"DION_TRANSPORT", DION_CFG_ENUM, "auto", "auto|p2p|proxy|proxy/verbs|proxy/ofi",
+     "Backend for remote peers. auto: p2p where the peer's memory can be mapped, else proxy (proxy threads "
+     "drive a network engine; reaches other hosts). A name forces that backend for every peer. proxy takes "
+     "the verbs engine (rdma-core) when every rank can open it, else ofi (libfabric); proxy/verbs and "
+     "proxy/ofi force the engine.",
      NULL},
     {"DION_CPU_MODE", DION_CFG_BOOL, "0", NULL,
      "1: dion_dev_create builds a CPU-mode handle (device calls run on CPU threads over host windows) even "
@@ -78,6 +79,11 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"DION_IB_HCA", DION_CFG_STRING, NULL, NULL,
      "RDMA device for proxy/verbs (as ibv_devices lists it, e.g. mlx5_0), optionally with :port (mlx5_0:1). "
      "Unset: the first device with an ACTIVE port.",
+     NULL},
+    {"DION_IB_LIBRARY", DION_CFG_STRING, NULL, NULL,
+     "libibverbs that proxy/verbs loads: a file name or path. Unset: libibverbs.so.1 from the system's "
+     "library "
+     "path. For an rdma-core outside that path (or the tests' fake libibverbs).",
      NULL},
     {"DION_IB_PORT", DION_CFG_INT, "0", NULL,
      "Port of the RDMA device for proxy/verbs; 0: the first ACTIVE port. Range 0 to 255.", NULL},

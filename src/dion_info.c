@@ -697,16 +697,15 @@ static void report_proxy_verbs(void)
             ok("GPU windows: dmabuf fds from cuMemGetHandleForAddressRange, then ibv_reg_mr "
                "(nvidia-peermem)");
     }
-    missing("use p2p within a node; the proxy backend wires the verbs engine in a later step",
-            "the verbs engine is built (never run on an RDMA NIC: none was available) but no backend uses it "
-            "yet");
-    block(&v, "the proxy backend does not use the verbs engine yet");
 #else
     missing("install libibverbs-dev (rdma-core headers) and rebuild", "built without infiniband/verbs.h");
     block(&v, "built without the verbs engine (no infiniband/verbs.h); %s",
           g.nrdma ? "RDMA devices present" : no_rdma_reason());
 #endif
-    verdict("proxy/verbs", &v, "");
+    verdict(
+        "proxy/verbs", &v,
+        "the proxy backend opens it when every rank can (else ofi); DION_TRANSPORT=proxy/verbs forces it. "
+        "Not yet run on an RDMA NIC: tested over a fake libibverbs only");
 }
 
 static void report_proxy_ofi(void)
@@ -725,8 +724,10 @@ static void report_proxy_ofi(void)
         block(&v, "%s", g.fabric_why);
     }
     /* built: the backend "proxy" of the selection list below opens this engine */
-    verdict("proxy/ofi", &v,
-            "the proxy backend opens it for peers p2p cannot map; DION_OFI_PROVIDER picks the provider");
+    verdict(
+        "proxy/ofi", &v,
+        "the proxy backend opens it when some rank cannot open verbs; DION_TRANSPORT=proxy/ofi forces it; "
+        "DION_OFI_PROVIDER picks the provider");
 }
 
 /* The backends this library was built with, in the order dion_dev_create tries them for each peer, and what
@@ -744,8 +745,10 @@ static void report_transport_table(void)
         printf("  %d. %-12s %s%s%s\n", i + 1, dion__tl_all[i]->name,
                usable ? "usable here" : "not usable here", why[0] ? ": " : "", why);
     }
-    printf("  The choice for each peer is logged at DION_LOG=info (\"rank A reaches rank B ... through "
-           "...\").\n");
+    printf(
+        "  proxy uses one engine per communicator, the first that every rank can open: verbs, then ofi\n"
+        "  (DION_TRANSPORT=proxy/verbs or proxy/ofi forces one). The choice for each peer, with the engine,\n"
+        "  is logged at DION_LOG=info (\"rank A reaches rank B ... through proxy/verbs\").\n");
 }
 
 static void usage(FILE *out)

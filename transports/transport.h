@@ -13,7 +13,7 @@
 
 #include "src/comm.h"
 
-#define DION__TL_WHY 256 /* bytes of a "why not" sentence */
+#define DION__TL_WHY 512 /* bytes of a "why not" sentence */
 
 /* What device code may load and store directly for one peer's region, and what it must ask the backend for.
  */
@@ -78,6 +78,10 @@ typedef struct dion__tl_ops {
     /* Whether the signal table must be pinned host memory mapped into the GPU (the engine writes it and
      * cannot register GPU memory), for a GPU-mode handle. */
     int (*signals_on_host)(dion_comm_t comm, void *state);
+    /* The name the logs show for the peers this backend serves, once comm_init ran (the
+     * proxy: "proxy/verbs" or "proxy/ofi"); NULL: name. DION_TRANSPORT=name/xxx forces this backend, which
+     * reads the xxx itself. */
+    const char *(*label)(void *state);
 } dion__tl_ops_t;
 
 struct dion__tl_region;

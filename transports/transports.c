@@ -23,14 +23,25 @@ static int dion__tl_count(void)
     return n;
 }
 
+/* Backend i's name as the logs show it (the proxy adds its engine: "proxy/verbs"). */
+static const char *dion__tl_label(const struct dion__tl_comm *t, int i)
+{
+    const dion__tl_ops_t *o = dion__tl_all[i];
+    const char *l = o->label && (t->init_mask & (1u << i)) ? o->label(t->state[i]) : NULL;
+    return l ? l : o->name;
+}
+
 /* The backend DION_TRANSPORT forces, or -1 for auto. */
 static dion_status_t dion__tl_forced(int *out)
 {
     *out = -1;
     const char *v = dion__cfg_str("DION_TRANSPORT");
     if (!v || !strcmp(v, "auto")) return DION_SUCCESS;
+    /* "proxy/verbs": the backend proxy, which reads the part after the slash itself (its engine) */
     for (int i = 0; dion__tl_all[i]; i++)
-        if (!strcmp(v, dion__tl_all[i]->name)) {
+        if (!strcmp(v, dion__tl_all[i]->name) ||
+            (!strncmp(v, dion__tl_all[i]->name, strlen(dion__tl_all[i]->name)) &&
+             v[strlen(dion__tl_all[i]->name)] == '/')) {
             *out = i;
             return DION_SUCCESS;
         }
@@ -106,30 +117,36 @@ dion_status_t dion__tl_select(dion_comm_t c)
             }
         t->mine_mask = 1u;
         for (int p = 0; p < n; p++) t->mine_mask |= 1u << t->peer_tl[p];
-        /* one line per peer at info for small jobs; beyond that a count per backend, the lines at debug */
-        int per_peer = n <= 64 ? DION_LOG_INFO : DION_LOG_DEBUG;
-        int count[DION__TL_MAX] = {0};
-        for (int p = 0; p < n; p++) {
-            if (p == c->rank) continue;
-            count[t->peer_tl[p]]++;
-            DION_LOG(per_peer, "rank %d reaches rank %d (host %s) through %s", c->rank, p, c->info[p].host,
-                     dion__tl_all[t->peer_tl[p]]->name);
-        }
-        for (int i = 0; per_peer != DION_LOG_INFO && dion__tl_all[i]; i++)
-            if (count[i])
-                DION_LOG(DION_LOG_INFO, "rank %d reaches %d ranks through %s", c->rank, count[i],
-                         dion__tl_all[i]->name);
     }
     free(rows);
     /* Backends with per-comm state start on every rank as soon as some rank uses them (used_mask is the
-     * same everywhere, so the collective steps inside match). */
+     * same everywhere, so the collective steps inside match). They may ask dion__tl_of which peers they
+     * serve. */
+    if (ag == DION_SUCCESS) c->tl = t;
     for (int i = 0; ag == DION_SUCCESS && dion__tl_all[i]; i++) {
         const dion__tl_ops_t *o = dion__tl_all[i];
         if (!(t->used_mask & (1u << i)) || !o->comm_init) continue;
         ag = o->comm_init(c, &t->state[i]);
         if (ag == DION_SUCCESS) t->init_mask |= 1u << i;
     }
+    if (ag == DION_SUCCESS) {
+        /* one line per peer at info for small jobs; beyond that a count per backend, the lines at debug.
+         * After comm_init: a backend's label may name what it chose there (the proxy's engine). */
+        int per_peer = n <= 64 ? DION_LOG_INFO : DION_LOG_DEBUG;
+        int count[DION__TL_MAX] = {0};
+        for (int p = 0; p < n; p++) {
+            if (p == c->rank) continue;
+            count[t->peer_tl[p]]++;
+            DION_LOG(per_peer, "rank %d reaches rank %d (host %s) through %s", c->rank, p, c->info[p].host,
+                     dion__tl_label(t, t->peer_tl[p]));
+        }
+        for (int i = 0; per_peer != DION_LOG_INFO && dion__tl_all[i]; i++)
+            if (count[i])
+                DION_LOG(DION_LOG_INFO, "rank %d reaches %d ranks through %s", c->rank, count[i],
+                         dion__tl_label(t, i));
+    }
     if (ag != DION_SUCCESS) {
+        c->tl = NULL;
         for (int i = 0; t && dion__tl_all[i]; i++)
             if (t->init_mask & (1u << i)) dion__tl_all[i]->comm_fini(c, t->state[i]);
         if (t) free(t->peer_tl);

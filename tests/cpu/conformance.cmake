@@ -58,3 +58,27 @@ dion_test(NAME conf_cpu_proxy_staged_stress_2 COMMAND $<TARGET_FILE:dionrun> -n 
           LABELS "host;cpu" TIMEOUT 120
           ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DION_PROXY_STAGING=always;DION_WAIT_TIMEOUT=60s;DT_STRESS_COUNT=200")
 set_tests_properties(conf_cpu_proxy_staged_stress_2 PROPERTIES RUN_SERIAL TRUE)
+# The same suite over the proxy's verbs engine, on the fake libibverbs of tests/unit: its QPs join the rank
+# processes through unix sockets and a service thread in each applies WRITE, READ and ATOMIC to the registered
+# memory like a NIC's responder (no RDMA device needed; docs/backends/proxy.md says what this does not cover).
+if(TARGET dion_fake_ibverbs)
+  foreach(n 2 3)
+    dion_test(NAME conf_cpu_proxy_verbs_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
+              LABELS "host;cpu" TIMEOUT 240
+              ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>;FAKE_IBV_REORDER=1;DT_STREAM_COUNT=2000")
+  endforeach()
+  # An error completion (remote access error, then retry exceeded) fails the ring: quiet returns an error and
+  # dion_dev_check names the peer and the decoded status.
+  add_executable(proxy_verbs_fault ${CMAKE_CURRENT_SOURCE_DIR}/proxy_verbs_fault.c)
+  target_link_libraries(proxy_verbs_fault PRIVATE dion)
+  dion_test(NAME proxy_verbs_fault_rem_access COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:proxy_verbs_fault> "remote access error"
+            LABELS "host;cpu" TIMEOUT 120
+            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>;FAKE_IBV_FAIL_AT=1")
+  dion_test(NAME proxy_verbs_fault_retry COMMAND $<TARGET_FILE:dionrun> -n 3 --timeout 100 $<TARGET_FILE:proxy_verbs_fault> "retry counter exceeded"
+            LABELS "host;cpu" TIMEOUT 120
+            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>;FAKE_IBV_FAIL_AT=1;FAKE_IBV_FAIL_STATUS=12")
+  # Engine choice: proxy = verbs when every rank opens it, else ofi on all; proxy/verbs refused with a sentence
+  # naming the library when one rank lacks it; the per-peer log names the engine.
+  dion_test(NAME proxy_engine_select COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/proxy_engine_select.sh $<TARGET_FILE:dionrun>
+            $<TARGET_FILE:conformance_cpu> $<TARGET_FILE:dion_fake_ibverbs> LABELS "host;cpu" TIMEOUT 200)
+endif()

@@ -17,6 +17,9 @@ typedef struct {
         uint32_t qpn;
         int opcode;
         unsigned flags;
+        int num_sge;
+        uint64_t laddr, len, raddr, compare_add, swap;
+        uint32_t lkey, rkey;
     } wr[FAKE_LOG];
     int nmodify;
     struct {
@@ -29,6 +32,8 @@ typedef struct {
      * registers [iova, iova+len). */
     int dmabuf_ok, dmabuf_calls, dmabuf_fd_was_dmabuf;
     int no_atomics; /* fake_0 reports IBV_ATOMIC_NONE */
+    int fail_rtr;   /* every INIT->RTR fails with EINVAL */
+    int reorder;    /* READs/ATOMICs run late, unfenced WRITEs pass them (fake_ibverbs.c, post_reordered) */
     /* ibv_get_async_event hands these out, then EAGAIN; a QP event names the QP by number. */
     int async_n, async_acked;
     struct {
@@ -43,5 +48,7 @@ typedef fake_ibv_ctl_t *(*fake_ibv_control_fn)(void);
 
 /* test_verbs_engine.c */
 void test_engine(const char *fake_lib, int *failures);
+/* test_verbs_ops.c: the engine behind engine.h */
+void test_engine_ops(const char *fake_lib, int *failures);
 
 #endif

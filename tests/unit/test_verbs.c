@@ -541,8 +541,10 @@ int main(int argc, char **argv)
     test_reg();
     test_cfg();
     test_load();
-    if (argc > 1)
+    if (argc > 1) {
         test_engine(argv[1], &failures);
+        test_engine_ops(argv[1], &failures);
+    }
     else {
         fprintf(stderr, "FAIL: the fake libibverbs path was not given\n");
         failures++;

@@ -3,7 +3,11 @@ if(DION_IBVERBS_INCLUDE)
   add_library(dion_fake_ibverbs MODULE ${CMAKE_CURRENT_SOURCE_DIR}/fake_ibverbs.c)
   target_include_directories(dion_fake_ibverbs PRIVATE ${DION_IBVERBS_INCLUDE})
   set_target_properties(dion_fake_ibverbs PROPERTIES C_VISIBILITY_PRESET hidden)
-  add_executable(test_verbs ${CMAKE_CURRENT_SOURCE_DIR}/test_verbs.c ${CMAKE_CURRENT_SOURCE_DIR}/test_verbs_engine.c)
+  # its service thread (QPs between processes) outlives the engine's dlclose: the library must stay mapped
+  target_link_options(dion_fake_ibverbs PRIVATE -Wl,-z,nodelete)
+  target_link_libraries(dion_fake_ibverbs PRIVATE Threads::Threads)
+  add_executable(test_verbs ${CMAKE_CURRENT_SOURCE_DIR}/test_verbs.c ${CMAKE_CURRENT_SOURCE_DIR}/test_verbs_engine.c
+                            ${CMAKE_CURRENT_SOURCE_DIR}/test_verbs_ops.c)
   target_include_directories(test_verbs PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(test_verbs PRIVATE dion_internal)
   add_dependencies(test_verbs dion_fake_ibverbs)

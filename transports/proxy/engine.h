@@ -1,5 +1,5 @@
-/* The engine interface: what a proxy thread calls to move bytes between ranks. Every proxy engine (ofi now,
- * verbs next) fills one dion__engine_ops_t; the proxy names no library. The contract is written here, at each
+/* The engine interface: what a proxy thread calls to move bytes between ranks. Every proxy engine (ofi,
+ * verbs) fills one dion__engine_ops_t; the proxy names no library. The contract is written here, at each
  * slot: whether it blocks, what it guarantees, what a failure means.
  *
  * Threading: one engine instance is used by one thread at a time (the caller serializes). Several instances
@@ -16,7 +16,7 @@
 #include "dion/dion.h"
 
 /* Raised when a slot changes meaning or the structs below change layout. */
-#define DION__ENGINE_VERSION 1
+#define DION__ENGINE_VERSION 2
 
 /* A post that could not be accepted right now: every operation slot is in use. Nothing was posted; poll,
  * then post again. Not an error and no sentence is set. */
@@ -91,7 +91,7 @@ typedef struct {
     dion_status_t status; /* DION_SUCCESS, DION_ERR_REMOTE_ACCESS (bad key, out of bounds, protection),
                              DION_ERR_PEER_FAILED (peer unreachable), DION_ERR_NETWORK (other) */
     int peer;
-    char why[320]; /* when status is not DION_SUCCESS: a sentence naming the operation, peer and cause */
+    char why[512]; /* when status is not DION_SUCCESS: a sentence naming the operation, peer and cause */
 } dion__engine_cqe_t;
 
 typedef struct dion__engine_ops {
@@ -106,12 +106,22 @@ typedef struct dion__engine_ops {
                           size_t why_cap);
     /* Fills caps. Does not block. */
     void (*query)(dion__engine_t *e, dion__engine_caps_t *caps);
-    /* This rank's address for the bootstrap exchange. Does not block. */
+    /* This rank's address for the bootstrap exchange. Does not block. NULL when peer_addr_bytes is set. */
     dion_status_t (*address)(dion__engine_t *e, dion__engine_addr_t *out);
     /* Makes every rank addressable as a peer, given all ranks' addresses (all[rank], own included).
      * Collective in spirit: every rank calls it with the same array. May block briefly (address vector
      * insertion); connections themselves may be made lazily on first use, never waited on here. */
     dion_status_t (*connect)(dion__engine_t *e, const dion__engine_addr_t *all, int nranks);
+
+    /* Engines with one connection per peer (verbs: an RC QP each) use these instead of address/connect; 0 and
+     * NULL for the others. Every rank builds a row of nranks entries of peer_addr_bytes (its address towards
+     * each peer it will talk to, zeros for the others), the rows are allgathered, and each rank connects to
+     * peer p with p's entry for it. peer_address may create the connection's local end (a QP in INIT): it
+     * blocks for the device's firmware (about 100 us each on NICs). peer_connect makes it ready to post
+     * (RTR, RTS); the peer need not have connected yet. Both: sentence on failure. */
+    uint32_t peer_addr_bytes;
+    dion_status_t (*peer_address)(dion__engine_t *e, int peer, uint8_t *out);
+    dion_status_t (*peer_connect)(dion__engine_t *e, int peer, const uint8_t *theirs);
 
     /* Registers [base, base+bytes) for local use as a put source or get destination and for remote access
      * by peers; fills *rkey for the exchange. mem is DION__ENGINE_MEM_HOST or _CUDA; CUDA memory when
@@ -153,7 +163,9 @@ typedef struct dion__engine_ops {
     void (*close)(dion__engine_t *e);
 } dion__engine_ops_t;
 
-/* The engines built into libdion. */
+/* The engines built into libdion, in the order the proxy prefers them. An engine built without its
+ * library's headers still exists: its open says so. */
+extern const dion__engine_ops_t dion__engine_verbs;
 extern const dion__engine_ops_t dion__engine_ofi;
 
 #endif

@@ -1,6 +1,7 @@
 /* proxy/verbs engine: device and port choice, RC QPs per (context, peer), memory registration, posting and
  * completion polling over rdma-core. See engine_verbs.h for the contract and the ordering argument; the pure
- * pieces are in verbs_attr.c. Not yet run on an RDMA NIC: compiled and unit-tested only. */
+ * pieces are in verbs_attr.c. Not yet run on an RDMA NIC: compiled, unit-tested and run over the tests' fake
+ * libibverbs (tests/unit/fake_ibverbs.c) only. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -543,6 +544,12 @@ void dion__verbs_mem_dereg(dion__verbs_t *v, dion__verbs_mr_t *m)
 
 /* ---- posting ---- */
 
+int dion__verbs_connected(const dion__verbs_t *v, int ctx, int peer)
+{
+    const vqp_t *q = qp_of(v, ctx, peer);
+    return q && q->connected;
+}
+
 int dion__verbs_room(const dion__verbs_t *v, int ctx, int peer)
 {
     const vqp_t *q = qp_of(v, ctx, peer);
@@ -701,7 +708,10 @@ int dion__verbs_poll(dion__verbs_t *v, int ctx, dion__verbs_cqe_t *out, int max)
             q->rd_atomic_out -= s->rd_atomic;
             v->ctxs[ctx].outstanding--;
             if (wc[i].status == IBV_WC_SUCCESS) {
-                if (s->report) out[got++] = (dion__verbs_cqe_t){s->cookie, DION_SUCCESS, q->peer};
+                if (s->report) {
+                    out[got] = (dion__verbs_cqe_t){s->cookie, DION_SUCCESS, q->peer, ""};
+                    got++;
+                }
                 continue;
             }
             char sentence[1024];
@@ -717,7 +727,12 @@ int dion__verbs_poll(dion__verbs_t *v, int ctx, dion__verbs_cqe_t *out, int max)
             if (!s->report) q->slots[(idx + 1) % q->depth].suppress = 1;
             if (!s->suppress) {
                 dion__error_set(st, "%s", sentence);
-                out[got++] = (dion__verbs_cqe_t){s->cookie, st, q->peer};
+                out[got] = (dion__verbs_cqe_t){s->cookie, st, q->peer, ""};
+                size_t wl =
+                    strlen(sentence) < sizeof out[got].why ? strlen(sentence) : sizeof out[got].why - 1;
+                memcpy(out[got].why, sentence, wl); /* cut to fit: the full sentence is the engine's error */
+                out[got].why[wl] = 0;
+                got++;
             }
             s->suppress = 0;
         }

@@ -1,7 +1,6 @@
 /* proxy/verbs engine: RC queue pairs over rdma-core for the CPU proxy. One protection domain and device per
- * engine, one completion queue per context, one RC QP per (context, peer). The calls mirror what a proxy
- * engine needs (open/close, addr_get, connect, mem_reg/mem_dereg with an rkey blob,
- * post_put/post_get/post_atomic with a cookie, poll); the lead wires them to engine.h.
+ * engine, one completion queue per context, one RC QP per (context, peer). engine_verbs_ops.c puts it behind
+ * engine.h (one context; QPs per peer).
  *
  * Threads: open, close, addr_get, connect, mem_reg and mem_dereg are setup calls (one thread at a time).
  * Posting to and polling a context must come from one thread at a time per context (the proxy thread that
@@ -110,6 +109,8 @@ typedef struct {
     uint32_t lkey;
 } dion__verbs_local_t;
 
+/* Whether the QP of (ctx, peer) exists and is connected (posts to it are accepted). */
+int dion__verbs_connected(const dion__verbs_t *v, int ctx, int peer);
 /* Work requests the next post needs (a put_signal takes 2); post only when room says so, after polling. */
 int dion__verbs_room(const dion__verbs_t *v, int ctx, int peer);
 dion_status_t dion__verbs_post_put(dion__verbs_t *v, int ctx, int peer, dion__verbs_local_t src,
@@ -131,8 +132,9 @@ dion_status_t dion__verbs_post_atomic(dion__verbs_t *v, int ctx, int peer, int o
 
 typedef struct {
     uint64_t cookie;
-    dion_status_t status; /* not DION_SUCCESS: sentence in dion__verbs_error(v) and dion_last_error() */
+    dion_status_t status; /* not DION_SUCCESS: the sentence is in why (and dion_last_error()) */
     int peer;
+    char why[512]; /* the decoded completion status, naming the operation, peer and QPs; "" on success */
 } dion__verbs_cqe_t;
 /* Up to max completions of context ctx; returns how many, or -1 when polling itself failed. */
 int dion__verbs_poll(dion__verbs_t *v, int ctx, dion__verbs_cqe_t *out, int max);

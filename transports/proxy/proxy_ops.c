@@ -1,9 +1,10 @@
 /* The proxy backend behind the transport seam: peers anywhere (other hosts included) reached through an
- * engine (libfabric now) that proxy threads drive on behalf of device code. Per comm: one engine, its
- * registrations (one per window and signal table) and one set of proxy threads draining the rings of every
- * device handle of the comm. The engine is used by one thread at a time (engine.h): every call into it holds
- * the comm's mutex, so DION_PROXY_THREADS > 1 shares rings out but serializes on the engine.
- * docs/backends/proxy.md describes selection, placement and ordering. */
+ * engine (verbs: rdma-core RC QPs; ofi: libfabric) that proxy threads drive on behalf of device code. Per
+ * comm: one engine, the same on every rank (verbs when every rank can open it, else ofi; DION_TRANSPORT=
+ * proxy/verbs or proxy/ofi forces one), its registrations (one per window and signal table) and one set of
+ * proxy threads draining the rings of every device handle of the comm. The engine is used by one thread at a
+ * time (engine.h): every call into it holds the comm's mutex, so DION_PROXY_THREADS > 1 shares rings out but
+ * serializes on the engine. docs/backends/proxy.md describes selection, placement and ordering. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -382,8 +383,13 @@ static int dion__px_poll_locked(dion__pxc_t *pc)
         if (g->meta[pos & mask] & DION__PX_META_FETCH)
             dion__proxy_cmd_result(&g->r->slots[pos & mask], cq[j].value);
         if (cq[j].status != DION_SUCCESS && !g->r->failed) {
+            /* Device code records no error for a ring failed with DION_ERR_PEER_FAILED: it leaves that to
+             * the abort words, which only the bootstrap's failure detection writes. An engine's "peer
+             * unreachable" (verbs: retry counter exceeded) also comes from live peers behind a broken link,
+             * so the ring fails with DION_ERR_NETWORK and dion_dev_check gets the engine's sentence. */
+            dion_status_t fs = cq[j].status == DION_ERR_PEER_FAILED ? DION_ERR_NETWORK : cq[j].status;
             snprintf(g->why, sizeof g->why, "%s", cq[j].why);
-            dion__proxy_ring_fail(g->r, cq[j].status, cq[j].why);
+            dion__proxy_ring_fail(g->r, fs, cq[j].why);
         }
         /* a counted command's put completed: the engine no longer reads its source (counted in order by
          * dion__px_advance below) */
@@ -431,7 +437,13 @@ static dion_status_t dion__px_threads(dion__pxc_t *pc)
 
 /* ---- the seam ---- */
 
-static dion_status_t dion__px_open(dion_comm_t c, dion__engine_t **e, char *why, size_t cap)
+/* The engines in the order the proxy prefers them. */
+#define DION__PX_NENG 2
+static const dion__engine_ops_t *const dion__px_engines[DION__PX_NENG] = {&dion__engine_verbs,
+                                                                          &dion__engine_ofi};
+
+static dion_status_t dion__px_open(dion_comm_t c, const dion__engine_ops_t *E, dion__engine_t **e, char *why,
+                                   size_t cap)
 {
     dion__engine_open_args_t oa;
     memset(&oa, 0, sizeof oa);
@@ -439,32 +451,79 @@ static dion_status_t dion__px_open(dion_comm_t c, dion__engine_t **e, char *why,
     oa.nranks = c ? c->nranks : 1;
     oa.cuda_device = c ? c->cuda_device : -1;
     oa.want_cuda = c && c->cuda_device >= 0;
-    return dion__engine_ofi.open(&oa, e, why, cap);
+    return E->open(&oa, e, why, cap);
 }
 
+/* The engines DION_TRANSPORT allows (bit i: dion__px_engines[i]); 0 with a sentence in why when it names an
+ * engine that does not exist. */
+static uint32_t dion__px_wanted(char *why, size_t cap)
+{
+    const char *t = dion__cfg_str("DION_TRANSPORT");
+    if (!t || strncmp(t, "proxy/", 6)) return (1u << DION__PX_NENG) - 1; /* auto, proxy: the best there is */
+    for (int i = 0; i < DION__PX_NENG; i++)
+        if (!strcmp(t + 6, dion__px_engines[i]->name)) return 1u << i;
+    snprintf(why, cap, "DION_TRANSPORT=%s names no proxy engine; the engines are proxy/verbs and proxy/ofi",
+             t);
+    return 0;
+}
+
+/* Which engines open in this process (a local probe, once: opening loads libraries and opens devices). */
 static pthread_once_t dion__px_probe_once = PTHREAD_ONCE_INIT;
-static int dion__px_probe_ok;
-static char dion__px_probe_why[DION__TL_WHY];
+static uint32_t dion__px_probe_ok;
+static char dion__px_probe_why[DION__PX_NENG][DION__TL_WHY];
 
 static void dion__px_probe(void)
 {
-    dion__engine_t *e = NULL;
-    char why[DION__TL_WHY] = "";
-    if (dion__px_open(NULL, &e, why, sizeof why) == DION_SUCCESS) {
-        dion__px_probe_ok = 1;
-        dion__engine_ofi.close(e);
-    } else {
-        snprintf(dion__px_probe_why, sizeof dion__px_probe_why, "the ofi engine cannot run here: %s", why);
+    for (int i = 0; i < DION__PX_NENG; i++) {
+        dion__engine_t *e = NULL;
+        char why[DION__TL_WHY] = "";
+        if (dion__px_open(NULL, dion__px_engines[i], &e, why, sizeof why) == DION_SUCCESS) {
+            dion__px_probe_ok |= 1u << i;
+            dion__px_engines[i]->close(e);
+        } else {
+            snprintf(dion__px_probe_why[i], sizeof dion__px_probe_why[i], "%s", why);
+        }
     }
     dion__error_clear();
+}
+
+/* "the verbs engine cannot run here: ...; the ofi engine ..." for the engines in mask that do not open. */
+static void dion__px_why_not(uint32_t mask, char *why, size_t cap)
+{
+    size_t len = 0;
+    why[0] = 0;
+    for (int i = 0; i < DION__PX_NENG; i++) {
+        if (!(mask & (1u << i)) || (dion__px_probe_ok & (1u << i))) continue;
+        int k = snprintf(why + len, cap - len, "%sthe %s engine cannot run here: %s", len ? "; " : "",
+                         dion__px_engines[i]->name, dion__px_probe_why[i]);
+        if (k < 0 || (size_t)k >= cap - len) break;
+        len += (size_t)k;
+    }
 }
 
 static int dion__px_usable(dion_comm_t c, char *why, size_t cap)
 {
     (void)c;
+    uint32_t wanted = dion__px_wanted(why, cap);
+    if (!wanted) return 0;
     pthread_once(&dion__px_probe_once, dion__px_probe);
-    if (!dion__px_probe_ok) snprintf(why, cap, "%s", dion__px_probe_why);
-    return dion__px_probe_ok;
+    uint32_t ok = dion__px_probe_ok & wanted;
+    if (!ok) {
+        dion__px_why_not(wanted, why, cap);
+        return 0;
+    }
+    /* usable: say which engine this process would offer, and why not a better one (dion-info prints it) */
+    int best = 0;
+    while (!(ok & (1u << best))) best++;
+    size_t len = (size_t)snprintf(why, cap, "engine %s", dion__px_engines[best]->name);
+    if (len < cap && (wanted & ((1u << best) - 1))) {
+        snprintf(why + len, cap - len, " (");
+        len = strlen(why);
+        dion__px_why_not(wanted & ((1u << best) - 1), why + len, cap - len);
+        len = strlen(why);
+        if (len + 1 < cap) snprintf(why + len, cap - len, ")");
+    }
+    return 1;
 }
 
 static int dion__px_reach(dion_comm_t c, int peer, char *why, size_t cap)
@@ -479,48 +538,132 @@ static uint32_t dion__px_scope(dion_comm_t c, int peer, int cpu)
     return DION_SCOPE_SYS; /* the proxy thread and the engine write from outside the GPU */
 }
 
+/* Collective: every rank names the engines it can open; *common gets those all can open (the first is the
+ * comm's, the others its fallbacks). A sentence names, for each engine, a rank that cannot open it. */
+static dion_status_t dion__px_agree_engine(dion_comm_t c, uint32_t *common_out)
+{
+    char why[DION__TL_WHY] = "";
+    uint32_t wanted = dion__px_wanted(why, sizeof why);
+    pthread_once(&dion__px_probe_once, dion__px_probe);
+    uint32_t mine = dion__px_probe_ok & wanted, *all = calloc((size_t)c->nranks, sizeof *all);
+    if (!all) return dion__error(DION_ERR_NO_MEMORY, "out of memory");
+    dion_status_t st = dion__boot_allgather(c->boot, &mine, sizeof mine, all);
+    uint32_t common = wanted;
+    for (int r = 0; st == DION_SUCCESS && r < c->nranks; r++) common &= all[r];
+    if (st == DION_SUCCESS && !common) {
+        char list[DION__TL_WHY] = "";
+        size_t len = 0;
+        for (int i = 0; i < DION__PX_NENG; i++) {
+            if (!(wanted & (1u << i))) continue;
+            int r = 0;
+            while (r < c->nranks && (all[r] & (1u << i))) r++;
+            int k = snprintf(list + len, sizeof list - len, "%s%s cannot run on rank %d (host %s)",
+                             len ? ", " : "", dion__px_engines[i]->name, r, c->info[r].host);
+            if (k > 0 && (size_t)k < sizeof list - len) len += (size_t)k;
+        }
+        char mine_why[DION__TL_WHY];
+        dion__px_why_not(wanted, mine_why, sizeof mine_why);
+        st = dion__error(
+            DION_ERR_UNSUPPORTED,
+            "proxy backend: no engine runs on every rank: %s; that rank's log says why%s%s. Install "
+            "what is missing there or choose the engine with DION_TRANSPORT=proxy/verbs or "
+            "proxy/ofi",
+            list, mine_why[0] ? "; here: " : "", mine_why);
+    }
+    free(all);
+    *common_out = st == DION_SUCCESS ? common : 0;
+    return st;
+}
+
+/* Connects the engine: one address per rank (ofi) or one per (rank, peer) (verbs). Collective. */
+static dion_status_t dion__px_connect(dion__pxc_t *pc, dion_status_t st)
+{
+    dion_comm_t c = pc->comm;
+    int n = c->nranks;
+    dion_status_t ag;
+    if (!pc->E->peer_addr_bytes) {
+        dion__engine_addr_t me, *all = calloc((size_t)n, sizeof *all);
+        memset(&me, 0, sizeof me);
+        if (!all && st == DION_SUCCESS) st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
+        if (st == DION_SUCCESS) st = pc->E->address(pc->e, &me);
+        ag = dion__comm_agree(c, st, "opening the proxy backend's engine");
+        if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &me, sizeof me, all);
+        if (ag == DION_SUCCESS) st = pc->E->connect(pc->e, all, n);
+        if (ag == DION_SUCCESS) ag = dion__comm_agree(c, st, "connecting the proxy backend's engine");
+        free(all);
+        return ag;
+    }
+    /* Per peer: this rank's row travels to every rank (n * B bytes each; n^2 * B in all, docs/multihost.md),
+     * and peer p connects with the entry this rank made for it. Only peers the proxy serves get one. */
+    size_t B = pc->E->peer_addr_bytes;
+    uint8_t *row = calloc((size_t)n, B), *all = calloc((size_t)n * (size_t)n, B);
+    if ((!row || !all) && st == DION_SUCCESS) st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
+    for (int p = 0; p < n && st == DION_SUCCESS; p++)
+        if (p != c->rank && dion__tl_of(c, p) == &dion__tl_proxy)
+            st = pc->E->peer_address(pc->e, p, row + (size_t)p * B);
+    ag = dion__comm_agree(c, st, "opening the proxy backend's engine");
+    if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, row, (size_t)n * B, all);
+    for (int p = 0; p < n && ag == DION_SUCCESS && st == DION_SUCCESS; p++)
+        if (p != c->rank && dion__tl_of(c, p) == &dion__tl_proxy)
+            st = pc->E->peer_connect(pc->e, p, all + ((size_t)p * (size_t)n + (size_t)c->rank) * B);
+    if (ag == DION_SUCCESS) ag = dion__comm_agree(c, st, "connecting the proxy backend's engine");
+    free(row);
+    free(all);
+    return ag;
+}
+
 static dion_status_t dion__px_comm_init(dion_comm_t c, void **state)
 {
     *state = NULL;
     dion__pxc_t *pc = calloc(1, sizeof *pc);
-    dion__engine_addr_t me, *all = calloc((size_t)c->nranks, sizeof *all);
     char why[DION__TL_WHY] = "";
-    dion_status_t st = pc && all ? DION_SUCCESS : dion__error(DION_ERR_NO_MEMORY, "out of memory");
-    if (pc) {
-        pc->comm = c;
-        pc->E = &dion__engine_ofi;
-        pthread_mutex_init(&pc->mu, NULL);
+    uint32_t common = 0;
+    dion_status_t st = pc ? DION_SUCCESS : dion__error(DION_ERR_NO_MEMORY, "out of memory");
+    dion_status_t ag = dion__comm_agree(c, st, "starting the proxy backend");
+    if (ag == DION_SUCCESS) ag = dion__px_agree_engine(c, &common);
+    if (ag != DION_SUCCESS) {
+        free(pc);
+        return ag;
     }
-    if (st == DION_SUCCESS) {
-        st = dion__px_open(c, &pc->e, why, sizeof why);
+    pc->comm = c;
+    pthread_mutex_init(&pc->mu, NULL);
+    /* The first engine every rank opens; if it cannot be connected on some rank (comm_agree gives every rank
+     * the same verdict), the next one, so that "verbs, else ofi" also covers a fabric the probe could not
+     * judge. */
+    for (int i = 0; i < DION__PX_NENG; i++) {
+        if (!(common & (1u << i))) continue;
+        pc->E = dion__px_engines[i];
+        snprintf(pc->label, sizeof pc->label, "proxy/%s", pc->E->name);
+        memset(&pc->caps, 0, sizeof pc->caps);
+        st = dion__px_open(c, pc->E, &pc->e, why, sizeof why);
         if (st != DION_SUCCESS)
-            st = dion__error(st, "proxy backend: the ofi engine cannot run on rank %d: %s", c->rank, why);
+            st = dion__error(st, "proxy backend: the %s engine cannot run on rank %d: %s", pc->E->name,
+                             c->rank, why);
+        if (st == DION_SUCCESS) pc->E->query(pc->e, &pc->caps);
+        ag = dion__px_connect(pc, st);
+        if (ag == DION_SUCCESS) break;
+        if (pc->e) pc->E->close(pc->e);
+        pc->e = NULL;
+        uint32_t rest = common & ~((2u << i) - 1u);
+        if (!rest) break;
+        int next = i + 1;
+        while (!(rest & (1u << next))) next++;
+        DION_LOG(DION_LOG_WARN, "proxy backend: the %s engine could not start on every rank (%s); using %s",
+                 pc->E->name, dion_last_error(), dion__px_engines[next]->name);
     }
-    if (st == DION_SUCCESS) {
-        pc->E->query(pc->e, &pc->caps);
-        memset(&me, 0, sizeof me);
-        st = pc->E->address(pc->e, &me);
-    }
-    dion_status_t ag = dion__comm_agree(c, st, "opening the proxy backend's engine");
-    if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &me, sizeof me, all);
-    if (ag == DION_SUCCESS) st = pc->E->connect(pc->e, all, c->nranks);
-    if (ag == DION_SUCCESS) ag = dion__comm_agree(c, st, "connecting the proxy backend's engine");
     if (ag == DION_SUCCESS) {
-        DION_LOG(DION_LOG_INFO, "proxy backend: ofi engine, provider %s, domain %s, order %s, GPU memory %s",
-                 pc->caps.provider, pc->caps.domain, pc->caps.order,
+        DION_LOG(DION_LOG_INFO, "proxy backend: %s engine, provider %s, domain %s, order %s, GPU memory %s",
+                 pc->E->name, pc->caps.provider, pc->caps.domain, pc->caps.order,
                  pc->caps.cuda_mem ? "registered" : "not registered");
         ag = dion__pxs_comm_init(pc); /* collective: every rank gets here */
         if (ag == DION_SUCCESS) ag = dion__px_threads(pc);
     }
-    free(all);
     if (ag != DION_SUCCESS) {
-        if (pc) {
-            dion__proxy_threads_stop(pc->threads);
-            if (pc->e) dion__pxs_comm_fini(pc);
-            if (pc->e) pc->E->close(pc->e);
-            pthread_mutex_destroy(&pc->mu);
-            free(pc);
-        }
+        dion__proxy_threads_stop(pc->threads);
+        if (pc->e) dion__pxs_comm_fini(pc);
+        if (pc->e) pc->E->close(pc->e);
+        pthread_mutex_destroy(&pc->mu);
+        free(pc);
         return ag;
     }
     *state = pc;
@@ -777,6 +920,11 @@ static int dion__px_signals_on_host(dion_comm_t c, void *state)
     return pc && (!pc->caps.cuda_mem || pc->stage_on);
 }
 
+static const char *dion__px_label(void *state)
+{
+    return state ? ((dion__pxc_t *)state)->label : NULL;
+}
+
 const dion__tl_ops_t dion__tl_proxy = {
     .name = "proxy",
     .kind = DION_TRANSPORT_PROXY,
@@ -803,4 +951,5 @@ const dion__tl_ops_t dion__tl_proxy = {
     .dev_fini = dion__px_dev_fini,
     .dev_why = dion__px_dev_why,
     .signals_on_host = dion__px_signals_on_host,
+    .label = dion__px_label,
 };

@@ -63,7 +63,7 @@ typedef struct {
     uint64_t inflight;
     uint64_t partial; /* pos + 1 of a command of which some operations are posted and some not yet */
     uint32_t pstep;   /* for that command: DION__PXS_* steps done */
-    char why[256];    /* the sentence that failed the ring (dion_dev_check reports it) */
+    char why[512];    /* the sentence that failed the ring (dion_dev_check reports it) */
 } dion__pxg_t;
 
 typedef struct dion__px_copy {
@@ -114,6 +114,7 @@ typedef struct {
 typedef struct dion__pxc {
     dion_comm_t comm;
     const dion__engine_ops_t *E;
+    char label[24]; /* "proxy/verbs": what the per-peer log lines show */
     dion__engine_t *e;
     dion__engine_caps_t caps;
     pthread_mutex_t mu; /* every engine call and every list below */

@@ -7,7 +7,8 @@
 
 dion_status_t dion__ibv_load(const char *libname, dion__ibv_t *t)
 {
-    const char *name = libname ? libname : DION__IBV_LIBNAME;
+    const char *env = dion__cfg_env("DION_IB_LIBRARY");
+    const char *name = libname ? libname : env && *env ? env : DION__IBV_LIBNAME;
     memset(t, 0, sizeof *t);
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!h) {

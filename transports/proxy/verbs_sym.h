@@ -38,8 +38,9 @@ typedef struct {
                         size_t); /* _ibv_query_gid_ex, rdma-core 36 */
 } dion__ibv_t;
 
-/* Loads libname (NULL: DION__IBV_LIBNAME; tests pass a name that does not exist) and fills t. On failure t
- * holds nothing to release and the sentence names the library and the package that provides it. */
+/* Loads libname (NULL: DION_IB_LIBRARY, else DION__IBV_LIBNAME; tests pass a name that does not exist) and
+ * fills t. On failure t holds nothing to release and the sentence names the library and the package that
+ * provides it. */
 dion_status_t dion__ibv_load(const char *libname, dion__ibv_t *t);
 void dion__ibv_unload(dion__ibv_t *t);
 
