@@ -340,10 +340,21 @@ DION__COPY_BODY(uint8_t, 1)
  * so that unit tests check it on every size and alignment (tests/unit/test_core.c). */
 DION_HD void dion__copy_vec(char *dst, const char *src, size_t n, uint32_t r, uint32_t g)
 {
-    uintptr_t diff = (uintptr_t)dst ^ (uintptr_t)src;
+    uintptr_t diff = (uintptr_t)dst ^ (uintptr_t)src, all = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)n;
+    /* Both ends 16-byte aligned and whole 16-byte elements, the usual case: straight into the body, with no
+     * head, tail or width selection. In a block every instruction before the first load is paid by all 32
+     * warps on the same 4 schedulers, and a warp's copy waits for the whole prologue. */
+    if ((all & 15) == 0) {
+        dion__copy_body_16((dion__v16_t *)dst, (const dion__v16_t *)src, n >> 4, r, g);
+        return;
+    }
     if (n <= 16) { /* a few bytes: the leader alone, a store or two, no loop set-up or cross-warp hand-off */
         if (r == 0) {
-            if ((diff & 7) == 0) {
+            if ((all & 7) == 0) { /* 8 (or 16) bytes, both ends 8-aligned: the loads before the stores */
+                uint64_t a = *(const uint64_t *)src, b = n == 16 ? ((const uint64_t *)src)[1] : 0;
+                *(uint64_t *)dst = a;
+                if (n == 16) ((uint64_t *)dst)[1] = b;
+            } else if ((diff & 7) == 0) {
                 dion__copy_edge(dst, src, n);
             } else {
                 for (size_t i = 0; i < n; i++) dst[i] = src[i];
@@ -420,8 +431,29 @@ DION_HD int dion__cmp_holds(uint64_t v, uint32_t cmp, uint64_t x)
     return 0;
 }
 
+/* How a wait polls (a build may override it to compare, perf/CMakeLists.txt):
+ *  0: every poll an acquire load (a strong load and an L1 invalidation on sm_90);
+ *  1: relaxed polls; once one sees the comparison hold, one acquire load of the word that must see it hold
+ * too (it returns that value), so the invalidation is paid once instead of on every poll; 2: relaxed polls,
+ * then a fence at the handle's scope (a relaxed load followed by fence.acq_rel is an acquire pattern in the
+ * PTX memory model). The first load of a wait is an acquire in every mode: a wait whose condition already
+ * holds costs one load. */
+#ifndef DION__WAIT_POLL
+#define DION__WAIT_POLL 1
+#endif
+
+DION_HD uint64_t dion__poll_load(const uint64_t *p, uint32_t scope)
+{
+#if DION__WAIT_POLL == 0
+    return dion__ld_acquire(p, scope);
+#else
+    return dion__ld_relaxed(p, scope);
+#endif
+}
+
 /* Polls word (in this rank's signal table) until cmp holds, the comm is aborted, or the timeout passes.
- * The successful load is an acquire, so data released before the observed value is visible after it. */
+ * The load that returns is an acquire (or is followed by a fence, DION__WAIT_POLL 2), so data released before
+ * the observed value is visible after it. */
 DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word, uint32_t cmp, uint64_t value,
                                       uint64_t *observed, dion_op_t op, uint32_t sig)
 {
@@ -437,8 +469,18 @@ DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word,
      * would sit on the latency path of every wait that does not succeed at once. */
     uint64_t start = 0;
     for (uint32_t polls = 1;; polls++) {
-        v = dion__ld_acquire(word, scope);
-        if (dion__cmp_holds(v, cmp, value)) break;
+        v = dion__poll_load(word, scope);
+        if (dion__cmp_holds(v, cmp, value)) {
+#if DION__WAIT_POLL == 1
+            v = dion__ld_acquire(word, scope); /* later in coherence order: the same or a newer value */
+            if (dion__cmp_holds(v, cmp, value)) break;
+#elif DION__WAIT_POLL == 2
+            dion__fence(scope);
+            break;
+#else
+            break;
+#endif
+        }
         if ((polls & 127) == 0) {
             uint64_t ab = dion__ld_relaxed(abort_word, scope);
             if (ab) {
