@@ -70,6 +70,28 @@ DION_HD char *dion__win_base(const dion_dev_t *d, dion_dwin_t w, int rank)
     return dion__win_peer(w, rank)->base;
 }
 
+/* The same selection with branches on the (warp-uniform) slot match and rank bits: the instructions of one
+ * slot and about 4 of its 8 loads run, against all 32 candidates of dion__win_base. Longer dependent chain,
+ * far fewer instructions: for the block variants, where 32 warps share 4 schedulers. */
+#define DION__TREE8(a, i)                                                                                    \
+    (((i)&4) ? (((i)&2) ? (((i)&1) ? (a)[7] : (a)[6]) : (((i)&1) ? (a)[5] : (a)[4]))                         \
+             : (((i)&2) ? (((i)&1) ? (a)[3] : (a)[2]) : (((i)&1) ? (a)[1] : (a)[0])))
+
+DION_HD char *dion__win_base_branchy(const dion_dev_t *d, dion_dwin_t w, int rank)
+{
+#if DION__GPU
+    if ((unsigned)rank < DION_DEV_INLINE_PEERS) {
+        if (w == d->win_slot[0].win) return (char *)(uintptr_t)DION__TREE8(d->win_slot[0].base_u, rank);
+        if (w == d->win_slot[1].win) return (char *)(uintptr_t)DION__TREE8(d->win_slot[1].base_u, rank);
+        if (w == d->win_slot[2].win) return (char *)(uintptr_t)DION__TREE8(d->win_slot[2].base_u, rank);
+        if (w == d->win_slot[3].win) return (char *)(uintptr_t)DION__TREE8(d->win_slot[3].base_u, rank);
+    }
+#else
+    (void)d;
+#endif
+    return dion__win_peer(w, rank)->base;
+}
+
 DION_HD uint32_t dion__win_flags(const dion_dev_t *d, dion_dwin_t w)
 {
 #if DION__GPU
@@ -432,14 +454,16 @@ DION_HD int dion__cmp_holds(uint64_t v, uint32_t cmp, uint64_t x)
 }
 
 /* How a wait polls (a build may override it to compare, perf/CMakeLists.txt):
- *  0: every poll an acquire load (a strong load and an L1 invalidation on sm_90);
+ *  0: every poll an acquire load (a strong load and an L1 invalidation on sm_90), the default: the 2026-11-30
+ *     rows put the invalidation at about 0.03 us per wait (release flag by hand minus DION's release signal
+ *     against the same pair of relaxed rows), less than the extra load of 1 (an L2 round trip);
  *  1: relaxed polls; once one sees the comparison hold, one acquire load of the word that must see it hold
  * too (it returns that value), so the invalidation is paid once instead of on every poll; 2: relaxed polls,
  * then a fence at the handle's scope (a relaxed load followed by fence.acq_rel is an acquire pattern in the
  * PTX memory model). The first load of a wait is an acquire in every mode: a wait whose condition already
  * holds costs one load. */
 #ifndef DION__WAIT_POLL
-#define DION__WAIT_POLL 1
+#define DION__WAIT_POLL 0
 #endif
 
 DION_HD uint64_t dion__poll_load(const uint64_t *p, uint32_t scope)

@@ -8,17 +8,19 @@
 #include "dion/device/tma.cuh"
 
 /* Where the threads of a block put find the two window bases (a build may override it to compare):
- *  0: every thread selects them from the handle's slots (parameter bank, no memory load, about 100
- *     instructions per base when the compiler cannot hoist them out of the caller's loop, paid by each warp);
- *  1: every thread loads them from the window's table (one load per base, an L2 round trip after an acquire);
- *  2: warps 0-3 (one per scheduler) select from the slots, the others load from the table: the first warps
- *     start without a memory round trip and the rest do not crowd the schedulers.
- * DION__BLOCK_BASES_FROM_TABLE=1 is the older name of 1. */
+ *  0: every thread selects them from the handle's slots with masks (parameter bank, no memory load, no
+ * branch; about 190 instructions per base when the compiler cannot hoist them out of the caller's loop, and
+ * every one of the block's warps pays them on the same 4 schedulers); 1: every thread loads them from the
+ * window's table (one load per base, an L2 round trip after an acquire); 2: warps 0-3 (one per scheduler)
+ * select with masks, the others load from the table; 3: every thread selects with branches on the slot and
+ * the rank's bits (about 30 instructions per base). DION__BLOCK_BASES_FROM_TABLE=1 is the older name of 1.
+ * Warp and thread puts always take 0 (a lone warp's latency favours independent loads over dependent
+ * branches). */
 #ifndef DION__BLOCK_BASES
 #if defined(DION__BLOCK_BASES_FROM_TABLE) && DION__BLOCK_BASES_FROM_TABLE
 #define DION__BLOCK_BASES 1
 #else
-#define DION__BLOCK_BASES 2
+#define DION__BLOCK_BASES 3
 #endif
 #endif
 
@@ -71,6 +73,12 @@ DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_
     if (kind == DION__BLOCK && (DION__BLOCK_BASES == 1 || r >= 4 * DION__WARP_SIZE)) {
         to = dion__win_base_table(dst, peer) + dst_off;
         from = dion__win_base_table(src, d->rank) + src_off;
+    } else
+#endif
+#if DION__BLOCK_BASES == 3
+        if (kind == DION__BLOCK) {
+        to = dion__win_base_branchy(d, dst, peer) + dst_off;
+        from = dion__win_base_branchy(d, src, d->rank) + src_off;
     } else
 #endif
     {

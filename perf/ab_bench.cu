@@ -368,7 +368,7 @@ int main(int argc, char **argv)
     if (want_bw) {
         struct cfg_t {
             std::string name;
-            int kind; /* 0 ldst, 1 tma, 2 copy engine */
+            int kind; /* 0 ldst, 1 tma, 2 copy engine, 3 ldst pulling (rank 0 reads rank 1's part: a get) */
             int unroll, chunked, blocks, threads;
             uint32_t stage;
             int stages;
@@ -386,6 +386,13 @@ int main(int argc, char **argv)
                                  chunked ? "chunk" : "stride");
                         cfgs.push_back({nm, 0, u, chunked, m * sms, 512, 0, 0});
                     }
+            /* the other direction of the link for comparison: reads from the peer into this rank */
+            for (int u = 4; u <= 8; u *= 2)
+                for (int m = 1; m <= 4; m *= 2) {
+                    char nm[96];
+                    snprintf(nm, sizeof nm, "bw_get_ldst_u%d_b%d_chunk", u, m * sms);
+                    cfgs.push_back({nm, 3, u, 1, m * sms, 512, 0, 0});
+                }
             static const uint32_t stage_kib[] = {8, 16, 32};
             static const int tma_mult[] = {1, 2};
             for (uint32_t sk : stage_kib)
@@ -403,12 +410,12 @@ int main(int argc, char **argv)
         for (const cfg_t &cf : cfgs) {
             seed++;
             /* a fresh pattern per configuration (the rank number stands in for it), and a cleared target */
-            int pat = 16 + seed;
-            if (rank_ == 0) {
+            int pat = 16 + seed, pull = cf.kind == 3, writer = pull ? 1 : 0;
+            if (rank_ == writer) { /* the rank whose [0, total) is copied */
                 bench_fill<<<sms * 4, 512>>>(base, total, pat);
                 BENCH_CHECK_LAUNCH("bench_fill");
             }
-            if (rank_ == 1) BENCH_CHECK_CUDA(cudaMemset(base + total, 0, total));
+            if (rank_ == (writer ^ 1)) BENCH_CHECK_CUDA(cudaMemset(base + total, 0, total));
             BENCH_CHECK_CUDA(cudaDeviceSynchronize());
             OK(dion_comm_barrier(comm));
             std::vector<float> ms;
@@ -421,8 +428,8 @@ int main(int argc, char **argv)
                         bw_tma<<<cf.blocks, cf.threads, 128 + (size_t)cf.stage * cf.stages>>>(
                             base, theirs + total, total, cf.stage, cf.stages);
                     } else {
-                        const ulonglong2 *s = (const ulonglong2 *)base;
-                        ulonglong2 *d = (ulonglong2 *)(theirs + total);
+                        const ulonglong2 *s = (const ulonglong2 *)(pull ? theirs : base);
+                        ulonglong2 *d = (ulonglong2 *)((pull ? base : theirs) + total);
                         size_t n16 = total / 16;
 #define AB_BW(u)                                                                                             \
     if (cf.unroll == u) {                                                                                    \
@@ -438,7 +445,7 @@ int main(int argc, char **argv)
             }
             OK(dion_comm_barrier(comm));
             int bad = 0;
-            if (rank_ == 1) {
+            if (rank_ == (writer ^ 1)) { /* the rank that received checks */
                 for (int k = 0; k < 64 && !bad; k++) {
                     size_t off = (total / 64) * (size_t)k + (size_t)k * 4099 % 4096;
                     if (off + 4096 > total) off = total - 4096;
