@@ -349,7 +349,14 @@ typedef struct {
             for (int u = 0; u < DION__COPY_UNROLL; u++) t[u] = src[i + (size_t)u * g];                       \
             for (int u = 0; u < DION__COPY_UNROLL; u++) dst[i + (size_t)u * g] = t[u];                       \
         }                                                                                                    \
-        for (; i < n; i += g) dst[i] = src[i];                                                               \
+        /* fewer than DION__COPY_UNROLL elements left per thread: all their loads before their stores too */ \
+        if (i < n) {                                                                                         \
+            T t[DION__COPY_UNROLL];                                                                          \
+            for (int u = 0; u < DION__COPY_UNROLL - 1; u++)                                                  \
+                if (i + (size_t)u * g < n) t[u] = src[i + (size_t)u * g];                                    \
+            for (int u = 0; u < DION__COPY_UNROLL - 1; u++)                                                  \
+                if (i + (size_t)u * g < n) dst[i + (size_t)u * g] = t[u];                                    \
+        }                                                                                                    \
     }
 DION__COPY_BODY(dion__v16_t, 16)
 DION__COPY_BODY(uint64_t, 8)

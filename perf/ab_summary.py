@@ -21,8 +21,12 @@ def rows(path):
     try:
         with open(path) as f:
             for r in csv.reader(f):
-                if len(r) == 7:
+                if len(r) != 7:
+                    continue
+                try:  # a header line, or a row some other writer left, is skipped
                     yield r[0], r[1], r[2], r[3], int(r[4]), r[5], float(r[6])
+                except ValueError:
+                    continue
     except FileNotFoundError:
         return
 
