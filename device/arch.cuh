@@ -268,8 +268,13 @@ DION_HD void dion__group_sync(dion__group_t g)
     if (g == DION__BLOCK) {
         __syncthreads();
     } else {
+        /* A whole warp takes the constant mask: a computed one costs a convergence check (MATCH, REDUX,
+         * BRA.DIV) on every warp put. */
         uint32_t n = dion__group_size(DION__WARP);
-        __syncwarp(n == 32 ? 0xffffffffu : (1u << n) - 1u);
+        if (n == 32)
+            __syncwarp();
+        else
+            __syncwarp((1u << n) - 1u);
     }
 #else
     if (g == DION__BLOCK)

@@ -70,6 +70,28 @@ DION_HD char *dion__win_base(const dion_dev_t *d, dion_dwin_t w, int rank)
     return dion__win_peer(w, rank)->base;
 }
 
+/* The same selection with branches on the (warp-uniform) slot match and rank bits: the instructions of one
+ * slot and about 4 of its 8 loads run, against all 32 candidates of dion__win_base. Longer dependent chain,
+ * far fewer instructions: for the block variants, where 32 warps share 4 schedulers. */
+#define DION__TREE8(a, i)                                                                                    \
+    (((i)&4) ? (((i)&2) ? (((i)&1) ? (a)[7] : (a)[6]) : (((i)&1) ? (a)[5] : (a)[4]))                         \
+             : (((i)&2) ? (((i)&1) ? (a)[3] : (a)[2]) : (((i)&1) ? (a)[1] : (a)[0])))
+
+DION_HD char *dion__win_base_branchy(const dion_dev_t *d, dion_dwin_t w, int rank)
+{
+#if DION__GPU
+    if ((unsigned)rank < DION_DEV_INLINE_PEERS) {
+        if (w == d->win_slot[0].win) return (char *)(uintptr_t)DION__TREE8(d->win_slot[0].base_u, rank);
+        if (w == d->win_slot[1].win) return (char *)(uintptr_t)DION__TREE8(d->win_slot[1].base_u, rank);
+        if (w == d->win_slot[2].win) return (char *)(uintptr_t)DION__TREE8(d->win_slot[2].base_u, rank);
+        if (w == d->win_slot[3].win) return (char *)(uintptr_t)DION__TREE8(d->win_slot[3].base_u, rank);
+    }
+#else
+    (void)d;
+#endif
+    return dion__win_peer(w, rank)->base;
+}
+
 DION_HD uint32_t dion__win_flags(const dion_dev_t *d, dion_dwin_t w)
 {
 #if DION__GPU
@@ -327,7 +349,14 @@ typedef struct {
             for (int u = 0; u < DION__COPY_UNROLL; u++) t[u] = src[i + (size_t)u * g];                       \
             for (int u = 0; u < DION__COPY_UNROLL; u++) dst[i + (size_t)u * g] = t[u];                       \
         }                                                                                                    \
-        for (; i < n; i += g) dst[i] = src[i];                                                               \
+        /* fewer than DION__COPY_UNROLL elements left per thread: all their loads before their stores too */ \
+        if (i < n) {                                                                                         \
+            T t[DION__COPY_UNROLL];                                                                          \
+            for (int u = 0; u < DION__COPY_UNROLL - 1; u++)                                                  \
+                if (i + (size_t)u * g < n) t[u] = src[i + (size_t)u * g];                                    \
+            for (int u = 0; u < DION__COPY_UNROLL - 1; u++)                                                  \
+                if (i + (size_t)u * g < n) dst[i + (size_t)u * g] = t[u];                                    \
+        }                                                                                                    \
     }
 DION__COPY_BODY(dion__v16_t, 16)
 DION__COPY_BODY(uint64_t, 8)
@@ -340,10 +369,21 @@ DION__COPY_BODY(uint8_t, 1)
  * so that unit tests check it on every size and alignment (tests/unit/test_core.c). */
 DION_HD void dion__copy_vec(char *dst, const char *src, size_t n, uint32_t r, uint32_t g)
 {
-    uintptr_t diff = (uintptr_t)dst ^ (uintptr_t)src;
+    uintptr_t diff = (uintptr_t)dst ^ (uintptr_t)src, all = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)n;
+    /* Both ends 16-byte aligned and whole 16-byte elements, the usual case: straight into the body, with no
+     * head, tail or width selection. In a block every instruction before the first load is paid by all 32
+     * warps on the same 4 schedulers, and a warp's copy waits for the whole prologue. */
+    if ((all & 15) == 0) {
+        dion__copy_body_16((dion__v16_t *)dst, (const dion__v16_t *)src, n >> 4, r, g);
+        return;
+    }
     if (n <= 16) { /* a few bytes: the leader alone, a store or two, no loop set-up or cross-warp hand-off */
         if (r == 0) {
-            if ((diff & 7) == 0) {
+            if ((all & 7) == 0) { /* 8 (or 16) bytes, both ends 8-aligned: the loads before the stores */
+                uint64_t a = *(const uint64_t *)src, b = n == 16 ? ((const uint64_t *)src)[1] : 0;
+                *(uint64_t *)dst = a;
+                if (n == 16) ((uint64_t *)dst)[1] = b;
+            } else if ((diff & 7) == 0) {
                 dion__copy_edge(dst, src, n);
             } else {
                 for (size_t i = 0; i < n; i++) dst[i] = src[i];
@@ -420,8 +460,31 @@ DION_HD int dion__cmp_holds(uint64_t v, uint32_t cmp, uint64_t x)
     return 0;
 }
 
+/* How a wait polls (a build may override it to compare, perf/CMakeLists.txt):
+ *  0: every poll an acquire load (a strong load and an L1 invalidation on sm_90), the default: the 2026-11-30
+ *     rows put the invalidation at about 0.03 us per wait (release flag by hand minus DION's release signal
+ *     against the same pair of relaxed rows), less than the extra load of 1 (an L2 round trip);
+ *  1: relaxed polls; once one sees the comparison hold, one acquire load of the word that must see it hold
+ * too (it returns that value), so the invalidation is paid once instead of on every poll; 2: relaxed polls,
+ * then a fence at the handle's scope (a relaxed load followed by fence.acq_rel is an acquire pattern in the
+ * PTX memory model). The first load of a wait is an acquire in every mode: a wait whose condition already
+ * holds costs one load. */
+#ifndef DION__WAIT_POLL
+#define DION__WAIT_POLL 0
+#endif
+
+DION_HD uint64_t dion__poll_load(const uint64_t *p, uint32_t scope)
+{
+#if DION__WAIT_POLL == 0
+    return dion__ld_acquire(p, scope);
+#else
+    return dion__ld_relaxed(p, scope);
+#endif
+}
+
 /* Polls word (in this rank's signal table) until cmp holds, the comm is aborted, or the timeout passes.
- * The successful load is an acquire, so data released before the observed value is visible after it. */
+ * The load that returns is an acquire (or is followed by a fence, DION__WAIT_POLL 2), so data released before
+ * the observed value is visible after it. */
 DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word, uint32_t cmp, uint64_t value,
                                       uint64_t *observed, dion_op_t op, uint32_t sig)
 {
@@ -437,8 +500,18 @@ DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word,
      * would sit on the latency path of every wait that does not succeed at once. */
     uint64_t start = 0;
     for (uint32_t polls = 1;; polls++) {
-        v = dion__ld_acquire(word, scope);
-        if (dion__cmp_holds(v, cmp, value)) break;
+        v = dion__poll_load(word, scope);
+        if (dion__cmp_holds(v, cmp, value)) {
+#if DION__WAIT_POLL == 1
+            v = dion__ld_acquire(word, scope); /* later in coherence order: the same or a newer value */
+            if (dion__cmp_holds(v, cmp, value)) break;
+#elif DION__WAIT_POLL == 2
+            dion__fence(scope);
+            break;
+#else
+            break;
+#endif
+        }
         if ((polls & 127) == 0) {
             uint64_t ab = dion__ld_relaxed(abort_word, scope);
             if (ab) {

@@ -7,9 +7,36 @@
 #include "dion/device/common.cuh"
 #include "dion/device/tma.cuh"
 
-#ifndef DION__BLOCK_BASES_FROM_TABLE
-#define DION__BLOCK_BASES_FROM_TABLE 0
+/* Where the threads of a block put find the two window bases (a build may override it to compare):
+ *  0: every thread selects them from the handle's slots with masks (parameter bank, no memory load, no
+ * branch; about 190 instructions per base when the compiler cannot hoist them out of the caller's loop, and
+ * every one of the block's warps pays them on the same 4 schedulers); 1: every thread loads them from the
+ * window's table (one load per base, an L2 round trip after an acquire); 2: warps 0-3 (one per scheduler)
+ * select with masks, the others load from the table; 3: every thread selects with branches on the slot and
+ * the rank's bits (about 30 instructions per base). DION__BLOCK_BASES_FROM_TABLE=1 is the older name of 1.
+ * Warp and thread puts always take 0 (a lone warp's latency favours independent loads over dependent
+ * branches). */
+#ifndef DION__BLOCK_BASES
+#if defined(DION__BLOCK_BASES_FROM_TABLE) && DION__BLOCK_BASES_FROM_TABLE
+#define DION__BLOCK_BASES 1
+#else
+#define DION__BLOCK_BASES 3
 #endif
+#endif
+
+/* rank's base of window w read from w's table. A window's table does not change while kernels may use the
+ * window, so on the GPU the load is a read-only one that the compiler may hoist out of the caller's loop or
+ * merge with another (an asm without side effects), as it does with the handle's parameters. */
+DION_HD char *dion__win_base_table(dion_dwin_t w, int rank)
+{
+#if DION__GPU
+    uint64_t v;
+    asm("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(&dion__win_peer(w, rank)->base));
+    return (char *)(uintptr_t)v;
+#else
+    return dion__win_peer(w, rank)->base;
+#endif
+}
 
 /* Scope an operation on peer's part of window w needs: the peer's, widened to system for host memory. */
 DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
@@ -32,18 +59,26 @@ DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_
 #else
     const int may_leave = 1;
 #endif
-    if (may_leave && r != 0 && (size_t)r * 16 >= bytes && ((dst_off ^ src_off) & 15) == 0 &&
-        (dion__win_flags(d, dst) & dion__win_flags(d, src) & DION_WIN_ALIGN16))
+    /* r >= bytes: no element at any width (only the leader copies heads and tails), decided with no load */
+    if (may_leave && r != 0 && (size_t)r * 16 >= bytes &&
+        ((size_t)r >= bytes || (((dst_off ^ src_off) & 15) == 0 &&
+                                (dion__win_flags(d, dst) & dion__win_flags(d, src) & DION_WIN_ALIGN16))))
         return;
 #endif
     char *to;
     const char *from;
-#if DION__BLOCK_BASES_FROM_TABLE
+#if DION__BLOCK_BASES == 1 || DION__BLOCK_BASES == 2
     /* A block's 32 warps would each run the selection from the handle's slots; one broadcast load of the
      * table costs them a single instruction each. */
-    if (kind == DION__BLOCK) {
-        to = dion__win_peer(dst, peer)->base + dst_off;
-        from = dion__win_peer(src, d->rank)->base + src_off;
+    if (kind == DION__BLOCK && (DION__BLOCK_BASES == 1 || r >= 4 * DION__WARP_SIZE)) {
+        to = dion__win_base_table(dst, peer) + dst_off;
+        from = dion__win_base_table(src, d->rank) + src_off;
+    } else
+#endif
+#if DION__BLOCK_BASES == 3
+        if (kind == DION__BLOCK) {
+        to = dion__win_base_branchy(d, dst, peer) + dst_off;
+        from = dion__win_base_branchy(d, src, d->rank) + src_off;
     } else
 #endif
     {

@@ -93,6 +93,12 @@ DION_HD void dion__pkt_load(const uint64_t *p, uint64_t *w0, uint64_t *w1, uint3
 DION_HD void dion__pkt_gather(const char *src, size_t n, size_t u, uint32_t *lo, uint32_t *hi)
 {
     size_t at = u * DION_PACKET_PAYLOAD;
+    if (at + 8 <= n && ((uintptr_t)src & 7) == 0) { /* one load for the unit */
+        uint64_t v = *(const uint64_t *)(src + at);
+        *lo = (uint32_t)v;
+        *hi = (uint32_t)(v >> 32);
+        return;
+    }
     if (at + 8 <= n && ((uintptr_t)src & 3) == 0) {
         *lo = *(const uint32_t *)(src + at);
         *hi = *(const uint32_t *)(src + at + 4);
@@ -107,6 +113,10 @@ DION_HD void dion__pkt_gather(const char *src, size_t n, size_t u, uint32_t *lo,
 DION_HD void dion__pkt_scatter(char *dst, size_t n, size_t u, uint32_t lo, uint32_t hi)
 {
     size_t at = u * DION_PACKET_PAYLOAD;
+    if (at + 8 <= n && ((uintptr_t)dst & 7) == 0) {
+        *(uint64_t *)(dst + at) = (uint64_t)hi << 32 | lo;
+        return;
+    }
     if (at + 8 <= n && ((uintptr_t)dst & 3) == 0) {
         *(uint32_t *)(dst + at) = lo;
         *(uint32_t *)(dst + at + 4) = hi;

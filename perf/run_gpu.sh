@@ -57,6 +57,24 @@ if want variants; then # the cooperative copy with 8 loads in flight per thread 
   CUDA_VISIBLE_DEVICES=0 run bench_dion_1gpu_tma 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench_tma \
     --tests put_signal,put_bw,completion --csv "$OUT/variants.csv" --label 1gpu-mps-tma
 fi
+if want ab; then # issue 10 (perf10): library variants side by side, alternating, two rounds; then ab_bench
+  T=signal,put_signal,completion,msgrate,packet
+  for round in 1 2; do
+    for v in p2p_bench p2p_bench_w1 p2p_bench_w2 p2p_bench_bpick p2p_bench_btab p2p_bench_bhyb; do
+      n=${v#p2p_bench}; n=${n#_}; n=${n:-default}
+      CUDA_VISIBLE_DEVICES=0 run ab_${n}_1gpu_$round 90 $B/dionrun -n 2 --mps $B/perf/$v --tests $T \
+        --csv "$OUT/ab.csv" --label "1gpu-mps:$n:r$round"
+      [ "$NGPU" -ge 2 ] && run ab_${n}_2gpu_$round 90 $B/dionrun -n 2 $B/perf/$v --tests $T --csv "$OUT/ab.csv" \
+        --label "2gpu-nvlink:$n:r$round"
+    done
+  done
+  CUDA_VISIBLE_DEVICES=0 run ab_bench_1gpu 150 $B/dionrun -n 2 --mps $B/perf/ab_bench --tests lsa,packet,bw,ce \
+    --csv "$OUT/ab.csv" --label "1gpu-mps:ab:r1"
+  [ "$NGPU" -ge 2 ] && run ab_bench_2gpu 150 $B/dionrun -n 2 $B/perf/ab_bench --tests lsa,packet,bw,ce --csv "$OUT/ab.csv" \
+    --label "2gpu-nvlink:ab:r1"
+  python3 perf/ab_summary.py "$OUT/ab.csv" "$OUT/bench.csv" > "$OUT/ab_summary.txt" 2>&1
+  cat "$OUT/ab_summary.txt"
+fi
 if want trace; then # DION_TRACE: hooks compiled out, compiled in but off, on (docs/tracing.md, overhead)
   for i in 1 2 3; do
     CUDA_VISIBLE_DEVICES=0 run bench_trace_compiled_out_$i 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench \
@@ -156,6 +174,6 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
     | tee -a "$OUT/steps.log"
 fi
 log "done"
-# at most 8 files come back: keep the CSVs and the step log apart, pack the rest
+# at most 8 files come back: keep the CSVs, the A/B summary and the step log apart, pack the rest
 (cd "$OUT" && tar czf logs.tgz --exclude='*.csv' --exclude=logs.tgz --exclude=steps.log *.log *.txt 2>/dev/null && \
   find . -maxdepth 1 -name '*.log' ! -name steps.log -delete && rm -f machine.txt)

@@ -204,6 +204,31 @@ static void test_copy_vec(void)
         cases++;
     }
     CHECK(cases == 3000, "only %d copy cases ran", cases);
+    /* The fast paths random offsets rarely reach: both ends 16-byte aligned with whole 16-byte elements, and
+     * 8 or 16 bytes with both ends 8-byte aligned (offsets relative to the 16-aligned buffers). */
+    char *s16 = (char *)(((uintptr_t)src + 15) & ~(uintptr_t)15),
+         *d16 = (char *)(((uintptr_t)dst + 15) & ~(uintptr_t)15);
+    int fast = 0;
+    for (size_t n = 0; n <= 8192 && fast >= 0; n += (n < 512 ? 16 : 1552))
+        for (size_t so = 0; so <= 24; so += 8)
+            for (size_t dof = 0; dof <= 24; dof += 8)
+                for (int gi = 0; gi < 6; gi++) {
+                    size_t m =
+                        (so % 16 || dof % 16) ? (n == 0 ? 8 : 16) : n; /* 8-aligned ends: 8 or 16 bytes */
+                    if ((so % 16 || dof % 16) && n > 16) continue;
+                    uint32_t g = groups[gi];
+                    for (size_t i = 0; i < 8192 + 48; i++) s16[i] = (char)rnd(), d16[i] = (char)0x5a;
+                    memcpy(want, d16, 8192 + 48);
+                    memcpy(want + dof, s16 + so, m);
+                    for (uint32_t r = 0; r < g; r++) dion__copy_vec(d16 + dof, s16 + so, m, r, g);
+                    if (memcmp(d16, want, 8192 + 48) != 0) {
+                        CHECK(0, "copy_vec fast path n=%zu src+%zu dst+%zu g=%u", m, so, dof, g);
+                        fast = -1;
+                        break;
+                    }
+                    fast++;
+                }
+    CHECK(fast > 900, "only %d fast-path copy cases ran", fast);
     free(src), free(dst), free(want);
 }
 
