@@ -84,6 +84,17 @@ DION_HD int dion__is_proxy(const dion_ctx_t *c, int peer)
                       dion__peer_transport(&c->dev, peer) == DION_TRANSPORT_PROXY);
 }
 
+/* Whether an atomic on peer's window goes through the proxy. On a handle with proxy peers, this rank's atomics
+ * on its own window go there too: the engine applies remote atomics with CPU (or NIC) atomics, which are not
+ * atomic with respect to GPU atomics on the same word (a GPU atomic on pinned host memory crosses PCIe as a
+ * read and a write), so one word must see one kind. docs/semantics.md says what this leaves open. */
+DION_HD int dion__proxy_amo_route(const dion_ctx_t *c, int peer)
+{
+    return DION__COLD((c->dev.flags & DION_DEVF_PROXY) &&
+                      (peer == (int)c->dev.rank ||
+                       dion__peer_transport(&c->dev, peer) == DION_TRANSPORT_PROXY));
+}
+
 DION_HD const dion_proxy_ring_dev_t *dion__ctx_ring(const dion_ctx_t *c)
 {
     return &c->dev.proxy_rings[c->index];
@@ -692,7 +703,7 @@ DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, 
     DION__STAT(&c, atomics, 1);
     uint64_t t0 = dion__trace_start(&c);
 #if DION__HAS_PROXY
-    if (dion__is_proxy(&c, peer)) {
+    if (dion__proxy_amo_route(&c, peer)) {
         uint64_t o =
             dion__proxy_amo(&c, DION_PROXY_OP_FETCH_ADD, DION_OP_FETCH_ADD, win, peer, off, value, 0);
         DION__TRACE(&c, t0, DION_OP_FETCH_ADD, peer, 0, 8, value, o, 0, DION_SUCCESS);
@@ -715,7 +726,7 @@ DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int pee
     DION__STAT(&c, atomics, 1);
     uint64_t t0 = dion__trace_start(&c);
 #if DION__HAS_PROXY
-    if (dion__is_proxy(&c, peer)) {
+    if (dion__proxy_amo_route(&c, peer)) {
         uint64_t o = dion__proxy_amo(&c, DION_PROXY_OP_COMPARE_SWAP, DION_OP_COMPARE_SWAP, win, peer, off,
                                      expected, desired);
         DION__TRACE(&c, t0, DION_OP_COMPARE_SWAP, peer, 0, 8, desired, o, 0, DION_SUCCESS);

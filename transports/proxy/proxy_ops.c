@@ -197,6 +197,37 @@ static dion_status_t dion__px_post_put(dion__pxc_t *pc, dion__pxg_t *g, const di
     return dion__px_posted(g);
 }
 
+/* An atomic of this rank on its own window (device code sends them here when the handle has proxy peers, so
+ * that they are atomic with respect to the engine's remote atomics on the same words): a CPU atomic on host
+ * memory, as the engines' software atomics are; the result is written at once. GPU memory cannot be updated
+ * atomically from here: refused with a sentence. */
+static dion_status_t dion__px_self_amo(dion__pxc_t *pc, dion_proxy_cmd_t *c)
+{
+    dion__pxr_t *w = NULL;
+    dion_status_t st = dion__px_region(pc, c->u.amo.win, pc->comm->rank, "atomic", &w);
+    if (st != DION_SUCCESS) return st;
+    if (c->u.amo.off > w->bytes || w->bytes - c->u.amo.off < 8 || (c->u.amo.off & 7))
+        return dion__error(DION_ERR_REMOTE_ACCESS,
+                           "proxy: an atomic at offset %llu of this rank's part of window %u (%llu bytes) "
+                           "is outside it or not 8-byte aligned",
+                           (unsigned long long)c->u.amo.off, w->id, (unsigned long long)w->bytes);
+    if (w->gpu)
+        return dion__error(DION_ERR_UNSUPPORTED,
+                           "proxy: an atomic on this rank's own GPU window %u while peers reach it through "
+                           "the proxy: the proxy cannot update GPU memory atomically with respect to the "
+                           "engine; use a host window (dion_win_alloc on_host=1) for atomics",
+                           w->id);
+    uint64_t *word = (uint64_t *)(w->base + c->u.amo.off), old;
+    if (c->op == DION_PROXY_OP_FETCH_ADD) {
+        old = __atomic_fetch_add(word, c->u.amo.operand, __ATOMIC_SEQ_CST);
+    } else {
+        old = c->u.amo.operand;
+        __atomic_compare_exchange_n(word, &old, c->u.amo.desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    dion__proxy_cmd_result(c, old);
+    return DION_SUCCESS;
+}
+
 /* Posts what one command needs; *need gets the engine operations (and notices) posted. BUSY: nothing (more)
  * posted, the command comes again. */
 static dion_status_t dion__px_post(dion__pxc_t *pc, dion__pxg_t *g, dion_proxy_cmd_t *c, uint64_t pos,
@@ -208,6 +239,9 @@ static dion_status_t dion__px_post(dion__pxc_t *pc, dion__pxg_t *g, dion_proxy_c
     *need = 0;
     if (c->op == DION_PROXY_OP_NOP || c->op == DION_PROXY_OP_QUIET || c->op == DION_PROXY_OP_FENCE)
         return DION_SUCCESS;
+    int self_amo = peer == pc->comm->rank &&
+                   (c->op == DION_PROXY_OP_FETCH_ADD || c->op == DION_PROXY_OP_COMPARE_SWAP);
+    if (self_amo) return dion__px_self_amo(pc, c);
     if (peer < 0 || peer >= pc->comm->nranks || peer == pc->comm->rank)
         return dion__error(DION_ERR_INVALID_ARG,
                            "proxy: a command names rank %d; the comm has ranks 0-%d and "
