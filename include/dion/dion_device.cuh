@@ -93,32 +93,32 @@ DION_HD dion_status_t dion__proxy_do(const dion_ctx_t *c, const dion_proxy_cmd_t
     return st;
 }
 
-/* Every thread's window stores are ordered before the leader's post (group sync, then a release store). */
-DION__PROXY_PATH void dion__proxy_rma_group(dion_ctx_t c, dion__group_t g, dion_proxy_op_t pop, dion_op_t op,
-                                            int peer, dion_dwin_t dst, size_t dst_off, dion_dwin_t src,
-                                            size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t sop,
-                                            uint64_t value, uint64_t t0)
+/* The group's leader posts, after the caller's group sync (every thread's window stores are then ordered
+ * before the post's release store). Only the leader enters: in a block, 1024 threads calling this
+ * out-of-line function each copied the context (the handle, by value) to their stack first. */
+DION__PROXY_PATH void dion__proxy_rma_lead(const dion_ctx_t *c, dion_proxy_op_t pop, dion_op_t op, int peer,
+                                           dion_dwin_t dst, size_t dst_off, dion_dwin_t src, size_t src_off,
+                                           size_t bytes, uint32_t sig, dion_sig_op_t sop, uint64_t value,
+                                           uint64_t t0)
 {
-    dion__group_sync(g);
-    if (dion__group_rank(g) != 0) return;
     dion_proxy_cmd_t cmd = dion__proxy_cmd_rma(pop, peer, dst->id, dst_off, src->id, src_off, bytes);
     if (pop == DION_PROXY_OP_PUT_SIGNAL) dion__proxy_cmd_signal(&cmd, sig, (uint32_t)sop, value);
     uint64_t t = 0, seen = 0;
-    dion_status_t st = dion__proxy_do(&c, &cmd, op, peer, sig, &t);
+    dion_status_t st = dion__proxy_do(c, &cmd, op, peer, sig, &t);
     /* get: the data is in dst when get returns, as on p2p */
     if (st == DION_SUCCESS && pop == DION_PROXY_OP_GET) {
-        st = dion__proxy_wait_complete(dion__ctx_ring(&c), t, c.dev.wait_timeout_ns, &seen);
-        dion__proxy_error(&c, st, op, peer, 0, seen);
+        st = dion__proxy_wait_complete(dion__ctx_ring(c), t, c->dev.wait_timeout_ns, &seen);
+        dion__proxy_error(c, st, op, peer, 0, seen);
     }
     if (pop == DION_PROXY_OP_GET) {
-        DION__STAT(&c, gets, 1);
-        DION__STAT(&c, get_bytes, bytes);
+        DION__STAT(c, gets, 1);
+        DION__STAT(c, get_bytes, bytes);
     } else {
-        DION__STAT(&c, puts, 1);
-        DION__STAT(&c, put_bytes, bytes);
-        if (pop == DION_PROXY_OP_PUT_SIGNAL) DION__STAT(&c, signals, 1);
+        DION__STAT(c, puts, 1);
+        DION__STAT(c, put_bytes, bytes);
+        if (pop == DION_PROXY_OP_PUT_SIGNAL) DION__STAT(c, signals, 1);
     }
-    DION__TRACE(&c, t0, op, peer, sig, bytes, value, 0, (uint32_t)sop, st);
+    DION__TRACE(c, t0, op, peer, sig, bytes, value, 0, (uint32_t)sop, st);
 }
 
 DION__PROXY_PATH uint64_t dion__proxy_amo(const dion_ctx_t *c, dion_proxy_op_t pop, dion_op_t op,
@@ -199,8 +199,10 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
     }
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
-        dion__proxy_rma_group(c, g, DION_PROXY_OP_PUT, DION_OP_PUT, peer, dst, dst_off, src, src_off, bytes,
-                              0, DION_SIG_SET, 0, t0);
+        dion__group_sync(g);
+        if (r == 0)
+            dion__proxy_rma_lead(&c, DION_PROXY_OP_PUT, DION_OP_PUT, peer, dst, dst_off, src, src_off, bytes,
+                                 0, DION_SIG_SET, 0, t0);
         return;
     }
 #endif
@@ -274,8 +276,10 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
     }
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
-        dion__proxy_rma_group(c, g, DION_PROXY_OP_PUT_SIGNAL, DION_OP_PUT_SIGNAL, peer, dst, dst_off, src,
-                              src_off, bytes, sig, op, value, t0);
+        dion__group_sync(g);
+        if (r == 0)
+            dion__proxy_rma_lead(&c, DION_PROXY_OP_PUT_SIGNAL, DION_OP_PUT_SIGNAL, peer, dst, dst_off, src,
+                                 src_off, bytes, sig, op, value, t0);
         return;
     }
 #endif
@@ -486,8 +490,11 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
     }
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
-        dion__proxy_rma_group(c, g, DION_PROXY_OP_GET, DION_OP_GET, peer, dst, dst_off, src, src_off, bytes,
-                              0, DION_SIG_SET, 0, t0);
+        dion__group_sync(g);
+        if (r == 0)
+            dion__proxy_rma_lead(&c, DION_PROXY_OP_GET, DION_OP_GET, peer, dst, dst_off, src, src_off, bytes,
+                                 0, DION_SIG_SET, 0, t0);
+        dion__group_sync(g); /* the leader waited for the data: the whole group sees it */
         return;
     }
 #endif

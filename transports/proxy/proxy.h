@@ -36,6 +36,7 @@ typedef struct dion__proxy_ring {
     uint32_t abandon_seen; /* abandon[] entries already turned into NOPs */
     int failed;            /* the ring was failed: not drained any more */
     uint64_t executed, skipped;
+    void *glue; /* the executor's own state for this ring (set by it, never touched here) */
 } dion__proxy_ring_t;
 
 /* Allocates a ring of nslots (a power of two in [DION__PROXY_RING_MIN, DION__PROXY_RING_MAX]) for context

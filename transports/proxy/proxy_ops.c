@@ -68,6 +68,7 @@ typedef struct dion__pxc {
     dion__pxd_t *devs;
     dion__pxg_t *gtab[DION__PX_GLUES];
     dion__proxy_threads_t *threads;
+    uint64_t inflight; /* engine operations in flight over every glue (their inflight summed) */
     int broken;
 } dion__pxc_t;
 
@@ -87,12 +88,10 @@ static dion__pxr_t *dion__px_find(dion__pxc_t *pc, uint32_t id)
     return NULL;
 }
 
-static dion__pxg_t *dion__px_glue(dion__pxc_t *pc, const dion__proxy_ring_t *r)
+/* The ring's glue, set at dev_init: no search over every ring of the comm per batch (132+ rings). */
+static dion__pxg_t *dion__px_glue(const dion__proxy_ring_t *r)
 {
-    for (dion__pxd_t *d = pc->devs; d; d = d->next)
-        for (uint32_t i = 0; i < d->nrings; i++)
-            if (d->rings[i] == r) return &d->glue[i];
-    return NULL;
+    return r->glue;
 }
 
 /* Completes positions in ring order while nothing of them is in flight. */
@@ -230,15 +229,17 @@ static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ri
     dion_status_t st = DION_SUCCESS;
     uint32_t i = 0;
     pthread_mutex_lock(&pc->mu);
-    dion__pxg_t *g = dion__px_glue(pc, r);
+    dion__pxg_t *g = dion__px_glue(r);
     uint64_t mask = r->dev.mask;
+    /* the engine's occupancy once per batch (it walks every peer), then counted along */
+    uint32_t pending = g && pc->caps.max_ops ? pc->E->pending(pc->e, -1) : 0;
     for (; g && i < n; i++) {
         dion_proxy_cmd_t *c = &cmds[i];
         uint64_t pos = g->exec;
         if (pos - g->done >= r->nslots) break; /* the position's bookkeeping is still in use */
         /* fence: nothing after it starts before everything before it completed */
         if (c->op == DION_PROXY_OP_FENCE && g->inflight) break;
-        if (pc->caps.max_ops && pc->E->pending(pc->e, -1) + 2 > pc->caps.max_ops) break;
+        if (pc->caps.max_ops && pending + 2 > pc->caps.max_ops) break;
         if (g->partial != pos + 1) g->cnt[pos & mask] = 0;
         g->meta[pos & mask] = (uint16_t)((dion__px_fetches(c->op) ? DION__PX_META_FETCH : 0) |
                                          ((c->flags & DION_PROXY_F_LOCAL_COUNT) && !dion__px_fetches(c->op)
@@ -249,6 +250,8 @@ static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ri
         /* what was posted counts even when the rest was not (a PUT_SIGNAL's put before a busy signal) */
         g->cnt[pos & mask] = (uint8_t)(g->cnt[pos & mask] + need);
         g->inflight += need;
+        pc->inflight += need;
+        pending += need;
         if (st == DION__ENGINE_BUSY) { /* comes again; g->partial remembers a posted put */
             st = DION_SUCCESS;
             break;
@@ -278,17 +281,35 @@ static void dion__px_fail_all(dion__pxc_t *pc, dion_status_t s, const char *why)
             }
 }
 
-/* Polls the engine once and completes what it reports. The caller holds the mutex. */
+static void dion__px_complete(dion__pxc_t *pc, const dion__engine_cqe_t *cq, int k);
+
+/* Polls the engine until it has nothing more to report (at most DION__PX_POLL_ROUNDS batches) and
+ * completes what it reports. The caller holds the mutex. */
+#define DION__PX_POLL_BATCH  16
+#define DION__PX_POLL_ROUNDS 16
 static int dion__px_poll_locked(dion__pxc_t *pc)
 {
     if (!pc->e || pc->broken) return 0;
-    dion__engine_cqe_t cq[16];
-    int k = pc->E->poll(pc->e, cq, 16);
+    dion__engine_cqe_t cq[DION__PX_POLL_BATCH];
+    int k = 0, any = 0;
+    for (int round = 0; round < DION__PX_POLL_ROUNDS; round++) {
+        k = pc->E->poll(pc->e, cq, DION__PX_POLL_BATCH);
+        if (k <= 0) break;
+        any = 1;
+        dion__px_complete(pc, cq, k);
+        if (k < DION__PX_POLL_BATCH) break;
+    }
     if (k < 0) {
         pc->broken = 1;
         dion__px_fail_all(pc, DION_ERR_NETWORK, dion_last_error());
         return 0;
     }
+    return any || pc->inflight;
+}
+
+/* Completes the positions the engine's completions name. The caller holds the mutex. */
+static void dion__px_complete(dion__pxc_t *pc, const dion__engine_cqe_t *cq, int k)
+{
     for (int j = 0; j < k; j++) {
         dion__pxg_t *g = pc->gtab[cq[j].cookie >> DION__PX_POS_BITS];
         if (!g) continue; /* its handle is gone */
@@ -301,14 +322,12 @@ static int dion__px_poll_locked(dion__pxc_t *pc)
             dion__proxy_ring_fail(g->r, cq[j].status, cq[j].why);
         }
         if (g->cnt[pos & mask]) g->cnt[pos & mask]--;
-        if (g->inflight) g->inflight--;
+        if (g->inflight) {
+            g->inflight--;
+            if (pc->inflight) pc->inflight--;
+        }
         dion__px_advance(g);
     }
-    int busy = k > 0;
-    for (dion__pxd_t *d = pc->devs; d && !busy; d = d->next)
-        for (uint32_t i = 0; i < d->nrings; i++)
-            if (d->glue[i].inflight) busy = 1;
-    return busy;
 }
 
 static int dion__px_progress(void *arg, uint32_t thread)
@@ -605,6 +624,7 @@ static dion_status_t dion__px_dev_init(dion_comm_t c, void *state, void *signals
         host[i] = d->rings[i]->dev;
         dion__pxg_t *g = &d->glue[i];
         g->r = d->rings[i];
+        g->r->glue = g;
         g->d = d;
         g->cnt = calloc(DION__PX_SLOTS, 1);
         g->meta = calloc(DION__PX_SLOTS, sizeof *g->meta);
@@ -674,8 +694,10 @@ static void dion__px_dev_fini(dion_comm_t c, void *state, void *dev_state)
         nanosleep(&ts, NULL);
     }
     pthread_mutex_lock(&pc->mu);
-    for (uint32_t i = 0; i < d->nrings; i++)
+    for (uint32_t i = 0; i < d->nrings; i++) {
         if (d->glue[i].gid) pc->gtab[d->glue[i].gid] = NULL;
+        pc->inflight -= d->glue[i].inflight < pc->inflight ? d->glue[i].inflight : pc->inflight;
+    }
     dion__pxd_t **pp = &pc->devs;
     while (*pp && *pp != d) pp = &(*pp)->next;
     if (*pp) *pp = d->next;
