@@ -321,8 +321,12 @@ static void ofi_close(dion__engine_t *e)
     if (e->live_mrs)
         DION_LOG(DION_LOG_WARN, "ofi: engine closed with %d registrations still live", e->live_mrs);
     if (e->ep)
-        DION_LOG(DION_LOG_INFO, "ofi: closing; %llu posts had to wait for provider resources",
-                 (unsigned long long)e->busy_posts);
+        DION_LOG(DION_LOG_INFO,
+                 "ofi: closing; %llu posts (%llu held for order, %llu waited for provider resources), "
+                 "%llu CQ reads (%llu empty) returned %llu completions",
+                 (unsigned long long)e->n_posts, (unsigned long long)e->n_held,
+                 (unsigned long long)e->busy_posts, (unsigned long long)e->n_cq_reads,
+                 (unsigned long long)e->n_cq_empty, (unsigned long long)e->n_cqes);
     /* bound objects before what they are bound to: MRs (FI_MR_ENDPOINT) before the endpoint, the endpoint
      * before its queues and address vector */
     if (e->ops_mr.mr) fi_close(&e->ops_mr.mr->fid);

@@ -70,6 +70,8 @@ struct dion__engine {
     uint64_t op_timeout_ns, next_scan_ns;
     uint64_t
         busy_posts; /* posts the provider refused for lack of resources (-FI_EAGAIN), retried from poll */
+    /* counts for the closing log line: what one command costs (docs/backends/proxy.md, Performance) */
+    uint64_t n_posts, n_held, n_cq_reads, n_cq_empty, n_cqes;
     int broken;
     uint64_t mr_mode;
     uint64_t msg_order;

@@ -99,6 +99,7 @@ static ssize_t submit(dion__engine_t *e, op_t *o)
         }
     }
     if (rc == 0) {
+        e->n_posts++;
         o->state = OP_INFLIGHT;
         o->posted_ns = dion__now_ns();
         p->inflight++;
@@ -140,7 +141,10 @@ static dion_status_t post(dion__engine_t *e, op_t *o)
             return s;
         }
     }
-    if (p->qhead == OFI_NONE && !(o->ordered && !may_post(e, p, o))) e->busy_posts++;
+    if (p->qhead == OFI_NONE && !(o->ordered && !may_post(e, p, o)))
+        e->busy_posts++;
+    else
+        e->n_held++;
     enqueue(e, o); /* held for order, or the provider is out of resources: posted from poll */
     return DION_SUCCESS;
 }
@@ -387,7 +391,12 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
         struct fi_cq_entry ent[16];
         int want = max - n < 16 ? max - n : 16;
         ssize_t got = fi_cq_read(e->cq, ent, (size_t)want);
-        if (got == -FI_EAGAIN) break;
+        e->n_cq_reads++;
+        if (got == -FI_EAGAIN) {
+            e->n_cq_empty++;
+            break;
+        }
+        if (got > 0) e->n_cqes += (uint64_t)got;
         if (got == -FI_EAVAIL) {
             struct fi_cq_err_entry err;
             memset(&err, 0, sizeof err);

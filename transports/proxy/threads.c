@@ -287,7 +287,14 @@ void dion__proxy_threads_stop(dion__proxy_threads_t *o)
     if (!o) return;
     __atomic_store_n(&o->stop, 1, __ATOMIC_RELEASE);
     for (uint32_t i = 0; i < o->n; i++)
-        if (o->th[i].started) pthread_join(o->th[i].tid, NULL);
+        if (o->th[i].started) {
+            pthread_join(o->th[i].tid, NULL);
+            const dion__proxy_thread_stats_t *s = &o->th[i].stats;
+            if (s->commands)
+                DION_LOG(DION_LOG_INFO, "proxy thread %u: %llu commands, %llu passes, %llu naps", i,
+                         (unsigned long long)s->commands, (unsigned long long)s->passes,
+                         (unsigned long long)s->sleeps);
+        }
     for (uint32_t i = 0; i < o->nall; i++) dion__proxy_ring_publish(o->all[i]);
     free(o->all);
     free(o->th);
