@@ -20,7 +20,11 @@
 #if defined(DION__BLOCK_BASES_FROM_TABLE) && DION__BLOCK_BASES_FROM_TABLE
 #define DION__BLOCK_BASES 1
 #else
-#define DION__BLOCK_BASES 3
+/* 2 by measurement: H200, 2 ranks under MPS, 2026-11-30, the A/B step of perf/run_gpu.sh (docs/results/
+ * 2026-11-30-s2-h200): put_signal block 8 B 1.63 µs (0: 1.57, 1: 1.71, 3: 2.02), 64 KiB 2.79 (0: 2.73,
+ * 3: 5.41), put+quiet block 64 KiB 2.29 (0: 3.08, 1: 2.22, 3: 3.59): the only choice ahead of NVSHMEM on
+ * all three rows. */
+#define DION__BLOCK_BASES 2
 #endif
 #endif
 

@@ -6,7 +6,7 @@ usage: ab_summary.py ab.csv [bench.csv]
 
 Prints three tables:
 1. p2p_bench rows per library variant (mean over rounds; lower is better, except Mops): default = this build's
-   defaults, w1/w2 = wait poll modes, bpick/btab/bhyb = where block copies find the window bases; 'peer' = the
+   defaults, w1/w2 = wait poll modes, bpick/btab/bhyb/bbr = where block copies find the window bases (DION__BLOCK_BASES 0/1/2/3); 'peer' = the
    best of NVSHMEM and NCCL LSA in bench.csv for the same row, and default/peer.
 2. ab_bench ping-pongs: the hand-written LSA-style put_signal against dion_put_signal_warp/_block, the
    mixes (DION sends / hand waits and the reverse), and packets by hand against dion_put_packet.
@@ -49,7 +49,7 @@ def main():
     def mean(v):
         return sum(v) / len(v) if v else None
 
-    variants = ["default", "w1", "w2", "bpick", "btab", "bhyb"]
+    variants = ["default", "w1", "w2", "bpick", "btab", "bhyb", "bbr"]
     keys = sorted({(w, t, g, b, m) for (w, v, t, g, b, m) in ab if v in variants},
                   key=lambda k: (k[0], k[1], ["thread", "warp", "block"].index(k[2]) if k[2] in
                                  ("thread", "warp", "block") else 3, k[3]))

@@ -60,7 +60,7 @@ fi
 if want ab; then # issue 10 (perf10): library variants side by side, alternating, two rounds; then ab_bench
   T=signal,put_signal,completion,msgrate,packet
   for round in 1 2; do
-    for v in p2p_bench p2p_bench_w1 p2p_bench_w2 p2p_bench_bpick p2p_bench_btab p2p_bench_bhyb; do
+    for v in p2p_bench p2p_bench_w1 p2p_bench_w2 p2p_bench_bpick p2p_bench_btab p2p_bench_bhyb p2p_bench_bbr; do
       n=${v#p2p_bench}; n=${n#_}; n=${n:-default}
       CUDA_VISIBLE_DEVICES=0 run ab_${n}_1gpu_$round 90 $B/dionrun -n 2 --mps $B/perf/$v --tests $T \
         --csv "$OUT/ab.csv" --label "1gpu-mps:$n:r$round"
