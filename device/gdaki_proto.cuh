@@ -31,15 +31,17 @@
 #define DION_GDAKI_QP_UP 0x4u /* the QP is connected and may be posted to */
 
 /* Counters of one QP, 64-bit and monotonic (WQE indices are their low 16 bits). Posting threads keep
- * cons_idx <= ready_head <= resv_head; ready_head is also what the last doorbell said. Each group of
- * counters that different parties write sits on its own 64-byte line. */
+ * cons_idx <= ready_head <= resv_head; ready_head is also what the last doorbell said. A WQE that starts at
+ * WQEBB s is complete once cons_idx > s (a collapsed CQ reports the start of the latest signaled WQE, and RC
+ * completes in order). Each group of counters that different parties write sits on its own 64-byte line. */
 typedef struct dion_gdaki_qp_state {
     uint64_t resv_head;  /* WQEBBs reserved by posting threads */
     uint64_t ready_head; /* WQEBBs written, published in reservation order and doorbelled */
-    uint64_t sig_end;    /* end (one past the last WQEBB) of the latest published WQE that asked for a CQE */
+    uint64_t last_wqe;   /* 1 + start of the latest published WQE (0: none yet) */
+    uint64_t last_sig;   /* 1 + start of the latest published WQE that asked for a CQE (0: none yet) */
     uint64_t fence;      /* nonzero: the next WQE posted carries the NIC fence flag (dion_fence) */
-    uint64_t pad0[4];
-    uint64_t cons_idx; /* WQEBBs known complete: one past the last WQEBB of the latest CQE seen */
+    uint64_t pad0[3];
+    uint64_t cons_idx; /* WQEBBs known complete: 1 + the WQE index of the latest CQE seen, lifted to 64 bits */
     uint64_t pad1[7];
     /* The first error completion seen: 0 while none. err = dion_status_t; err_info = syndrome [7:0],
      * vendor syndrome [15:8], opcode of the failed WQE [23:16], its WQE index [47:32]. */

@@ -78,6 +78,9 @@ typedef struct dion__tl_ops {
     /* Whether the signal table must be pinned host memory mapped into the GPU (the engine writes it and
      * cannot register GPU memory), for a GPU-mode handle. */
     int (*signals_on_host)(dion_comm_t comm, void *state);
+    /* 1: dev_init (and dev_fini) run on every rank once some rank uses the backend, also on ranks that use
+     * it with no peer: dev_init is collective (it exchanges connection data through the bootstrap). */
+    int dev_collective;
 } dion__tl_ops_t;
 
 struct dion__tl_region;
@@ -129,5 +132,6 @@ void dion__tl_region_destroy(dion__tl_region_t *r);
 /* ---- backends ---- */
 extern const dion__tl_ops_t dion__tl_p2p;
 extern const dion__tl_ops_t dion__tl_proxy;
+extern const dion__tl_ops_t dion__tl_gdaki;
 
 #endif /* DION_TRANSPORT_H */

@@ -1231,12 +1231,11 @@ static int dt_main(int argc, char **argv)
         DT_RUN("get thread/warp/block, device barrier", dt_test_get_barrier(win, (char *)base));
         DT_RUN("asymmetric window sizes, a 0-byte part", dt_test_asymmetric());
         DT_RUN("wait timeout with an error record", dt_test_timeout());
-        if (dt_dev.flags & DION_DEVF_PROXY) {
+        if (dt_dev.flags & (DION_DEVF_PROXY | DION_DEVF_GDAKI)) {
             /* packets need whole 8-byte words per store at the target: p2p only (docs/semantics.md) */
             if (dt_rank == 0)
-                printf("SKIP packet puts: peers are served by the proxy backend, which does not carry packet "
-                       "puts "
-                       "(they record DION_ERR_UNSUPPORTED)\n");
+                printf("SKIP packet puts: peers are served by a network backend (proxy or gdaki), which does "
+                       "not carry packet puts (they record DION_ERR_UNSUPPORTED)\n");
         } else {
             DT_RUN(
                 "packet puts: random sizes and offsets, reused slots, wrapping sequences, thread/warp/block, "
