@@ -5,7 +5,7 @@
 set(DION_GDAKI_ENV DION_CPU_MODE=1 DION_TRANSPORT=gdaki DION_GDAKI_NIC=softnic DION_OFI_PROVIDER=tcp)
 foreach(n 2 3 4)
   dion_test(NAME conf_cpu_gdaki_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
-            LABELS "host;cpu" TIMEOUT 240 ENV ${DION_GDAKI_ENV} DT_STREAM_COUNT=500)
+            LABELS "host;cpu" TIMEOUT 240 ENV ${DION_GDAKI_ENV} DT_STREAM_COUNT=300)
   set_tests_properties(conf_cpu_gdaki_${n} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
 add_executable(gdaki_cpu ${CMAKE_CURRENT_SOURCE_DIR}/gdaki_cpu.c)

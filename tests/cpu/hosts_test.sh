@@ -162,7 +162,7 @@ gdaki)
     # Across hosts p2p cannot map the peers; with DION_GDAKI_NIC=softnic gdaki is usable and comes before the
     # proxy: every peer must be reached through gdaki (the per-peer log line says so), the model must say it
     # was selected, and the conformance suite must pass.
-    export DION_GDAKI_NIC=softnic DION_OFI_PROVIDER=tcp DT_STREAM_COUNT=500 DION_LOG=info
+    export DION_GDAKI_NIC=softnic DION_OFI_PROVIDER=tcp DT_STREAM_COUNT=300 DION_LOG=info
     run -n "$N" --hosts --timeout 200 "$CONF" all
     [ "$rc" -eq 0 ] || fail "the conformance suite over gdaki across $N hosts exited with $rc"
     for ((r = 0; r < N; r++)); do

@@ -308,7 +308,7 @@ static int dion__snic_serve(dion__gdaki_qp_t *q)
                      (unsigned long long)n->inject_at);
         } else {
             if (dion__snic_exec(q, &w, e, q->tail) == DION__ENGINE_BUSY) {
-                if (n->inject_at && n->executed == n->inject_at) n->executed--; /* counted again */
+                if (n->inject_at) n->executed--; /* it is counted again when it is taken */
                 break;
             }
             if (e->syndrome) q->stopped = 1;
