@@ -17,6 +17,8 @@
 #include "cuda.h"
 #include "gpu_select.h"
 #include "internal.h"
+#include "transports/gdaki/nic.h"
+#include "transports/gdaki/softnic/wqe_check.h"
 #include "transports/transport.h"
 #if defined(DION_HAVE_VERBS)
 #include "transports/proxy/engine_verbs.h"
@@ -608,6 +610,38 @@ static int report_gpudirect(void)
     return 0;
 }
 
+/* gdaki over the softnic model: a CPU thread per rank plays the NIC (tests; never chosen by auto). */
+static void report_softnic(void)
+{
+    verdict_t v = {{0}, 0};
+    int which = 0;
+    if (dion__cfg_enum("DION_GDAKI_NIC", &which) != DION_SUCCESS) dion__error_clear();
+    if (which == 2)
+        ok("softnic model selected (DION_GDAKI_NIC=softnic): a CPU thread per rank plays the NIC, reading "
+           "the "
+           "WQEs device code writes; nothing runs on a NIC");
+    else {
+        missing("set DION_GDAKI_NIC=softnic to run gdaki over the model (tests only)",
+                "softnic model not selected (DION_GDAKI_NIC=%s)", which == 1 ? "mlx5" : "auto");
+        block(&v, "not selected: DION_GDAKI_NIC=softnic selects it");
+    }
+    char why[256] = "";
+    if (dion__gdaki_softnic.usable(why, sizeof why))
+        ok("the model executes work requests through the ofi engine, which opens here");
+    else {
+        missing("install libfabric (libfabric1) or set DION_OFI_PROVIDER=tcp", "%s", why);
+        block(&v, "its ofi engine cannot run");
+    }
+    if (dion__snic_uses_mlx5dv())
+        ok("the model reads WQEs with rdma-core's mlx5dv.h definitions (a field DION lays out wrongly is "
+           "caught)");
+    else
+        missing(
+            "install libibverbs-dev and rebuild",
+            "the model reads WQEs with DION's own copy of the layouts (mlx5dv.h was absent at build time)");
+    verdict("gdaki/softnic", &v, "softnic model selected: gdaki runs against the model; nothing on a NIC");
+}
+
 static void report_gdaki(void)
 {
     verdict_t v = {{0}, 0};
@@ -657,10 +691,13 @@ static void report_gdaki(void)
                 "PeerMappingOverride=1 (%s): without it a CPU thread rings the doorbells (slower)",
                 g.nvidia_params ? "not in RegistryDwords of /proc/driver/nvidia/params"
                                 : "/proc/driver/nvidia/params absent: no NVIDIA kernel driver");
-    missing("use p2p within a node; gdaki comes in a later version",
-            "this build does not contain the gdaki backend yet (planned)");
-    block(&v, "this build does not contain the gdaki backend yet");
+    ok("gdaki backend built: device half device/gdaki.cuh (GPU kernels need -DDION_DEVICE_BACKENDS=5), "
+       "NIC seam transports/gdaki/nic.h");
+    missing("for tests set DION_GDAKI_NIC=softnic (the NIC model); otherwise use p2p or proxy",
+            "a ConnectX NIC half (DEVX queues, UAR mapping, umem): not in this build yet");
+    block(&v, "this build has no ConnectX NIC half yet");
     verdict("gdaki", &v, "");
+    report_softnic();
 }
 
 static void report_proxy_verbs(void)
