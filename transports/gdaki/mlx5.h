@@ -102,7 +102,7 @@ struct dion__mlx5 {
     int db_mode;    /* DION__MLX5_DB_GPU or _CPU once decided, 0 before */
     void *uar_page; /* the page registered with map_io (GPU mode) */
     uint64_t *db_gpu;
-    char db_why[512]; /* why the CPU rings (the map_io failure and the setting that avoids it) */
+    char db_why[768]; /* why the CPU rings (the map_io failure and the setting that avoids it) */
     dion__mlx5_db_t db;
     char desc[1024]; /* "mlx5_0 port 1, RoCE, GID 3 (...), MTU 4096, DEVX" for the log and dion-info */
     uint32_t next_uidx;

@@ -33,13 +33,16 @@ dion_status_t dion__mlx5_sym_load(const char *ibv_lib, const char *dv_lib, dion_
     }
     t->dv_handle = open_lib(dname, t->dv_path, sizeof t->dv_path);
     if (!t->dv_handle) {
+        /* dlclose frees dlerror's text: keep a copy first */
         const char *e = dlerror();
+        char err[256];
+        snprintf(err, sizeof err, "%s", e ? e : "unknown dlopen error");
         dlclose(t->ibv_handle);
         memset(t, 0, sizeof *t);
         return dion__error_set(DION_ERR_UNSUPPORTED,
                                "gdaki/mlx5: %s cannot be loaded (%s); install rdma-core's mlx5 provider "
                                "(Debian/Ubuntu: apt install ibverbs-providers; RHEL: dnf install libibverbs)",
-                               dname, e ? e : "unknown dlopen error");
+                               dname, err);
     }
     const char *missing = NULL, *missing_in = NULL;
     /* The cast goes through memcpy because ISO C has no conversion from void * to a function pointer. */
