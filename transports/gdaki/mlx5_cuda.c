@@ -107,8 +107,14 @@ static void gpu_free(void *arg, void *ptr)
 
 static int gpu_fill(void *arg, void *ptr, int byte, size_t bytes, char *why, size_t cap)
 {
-    cudaError_t e = cudaMemset(ptr, byte, bytes);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    /* On a stream of its own: the legacy stream would also wait for the application's kernels. */
+    cudaStream_t st;
+    cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e == cudaSuccess) {
+        e = cudaMemsetAsync(ptr, byte, bytes, st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+        cudaStreamDestroy(st);
+    }
     if (e != cudaSuccess) {
         cudaGetLastError();
         snprintf(why, cap, "cudaMemset: %s", cudaGetErrorString(e));
