@@ -771,6 +771,12 @@ static void test_limits_and_usable(void)
 
     char why[512] = "";
     CHECK(N->usable(why, sizeof why) == 1, "usable over the fake: %s", why);
+    CHECK(F->live == 0, "usable left %d objects open", F->live);
+    F->open_errno = EPERM; /* a device that refuses DEVX is not offered */
+    CHECK(N->usable(why, sizeof why) == 0 && has(why, "cannot be opened with DEVX") &&
+              has(why, "not allowed DEVX"),
+          "usable with DEVX refused");
+    F->open_errno = 0;
     dion__mlx5_open_args_t bad = {.ibv_lib = LIB, .dv_lib = "libmlx5-not-here.so.9", .gpu = &gpu_ops};
     dion__gdaki_mlx5_test_args(&bad);
     CHECK(N->usable(why, sizeof why) == 0 && has(why, "libmlx5-not-here.so.9") &&
