@@ -28,6 +28,7 @@ static void defaults(void)
     ctl.cap_atomic = 1;
     ctl.cap_max_wqe_sz_sq = 1024;
     ctl.cap_sq_ts_format = 2;
+    ctl.cap_atomic_endian = 1; /* host order: what the Linux driver sets at load */
     ctl.pdn = 0x15;
     ctl.eqn = 0x9;
 }

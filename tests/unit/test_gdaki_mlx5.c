@@ -291,7 +291,7 @@ static void test_roce_path(void)
     CHECK(m->caps.log_max_qp_sz == 15 && m->caps.log_max_cq_sz == 22 && m->caps.log_max_msg == 31 &&
               m->caps.cqe_version == 1 && m->caps.port_type == 1 && m->caps.atomic == 1 &&
               m->caps.max_wqe_sz_sq == 1024 && m->caps.sq_ts_format == 2 && m->caps.atomic_operations == 3 &&
-              m->caps.atomic_size_qp == 8,
+              m->caps.atomic_size_qp == 8 && m->caps.atomic_endianness_mode == 1,
           "caps read back wrong (the fake writes them at mlx5_ifc.h's offsets)");
     CHECK(m->gid_index == 3, "GID index %d, expected 3 (RoCE v2, IPv4-mapped)", m->gid_index);
 

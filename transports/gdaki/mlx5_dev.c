@@ -228,6 +228,15 @@ static dion_status_t caps_read(dion__mlx5_t *m, uint8_t *out)
         cap_get(out, DION__DEVX_QUERY_ATOMIC_CAP_OUT, "capability.atomic_caps.atomic_operations");
     c->atomic_size_qp =
         cap_get(out, DION__DEVX_QUERY_ATOMIC_CAP_OUT, "capability.atomic_caps.atomic_size_qp");
+    /* Mode 1: 8-byte atomics treat the target word in host byte order, as DION's signals and atomics are
+     * stored (the Linux driver switches the device to it at load when it can). Mode 0 (big-endian words)
+     * would make ADD signals and fetch-adds wrong on a little-endian host; nic.h has no slot to tell device
+     * code yet. */
+    if (c->atomic_endianness_mode != 1)
+        DION_LOG(DION_LOG_WARN,
+                 "gdaki/mlx5: %s: 8-byte atomics use atomic_req_8B_endianness_mode %u (not 1, host order): "
+                 "remote ADDs and fetch-adds on DION's host-order words may come out byte-swapped",
+                 m->devname, c->atomic_endianness_mode);
     /* The port's link layer and the caps' port type must agree, else the path below is the wrong kind. */
     int eth = m->pattr.link_layer == IBV_LINK_LAYER_ETHERNET;
     if (eth != (c->port_type == DION__DEVX_PORT_TYPE_ETH))
