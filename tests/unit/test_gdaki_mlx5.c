@@ -37,11 +37,16 @@ static const dion__gdaki_nic_ops_t *N = &dion__gdaki_mlx5;
 
 /* ---- GPU operations on host memory ---- */
 static struct {
+    int no_gpu;
     int fail_alloc, fail_dmabuf, fail_mapped, map_rc, fail_fill;
     int map_calls, fds;
     void *last_alloc;
 } G;
 
+static int g_present(void *arg)
+{
+    return !G.no_gpu;
+}
 static int g_alloc(void *arg, size_t bytes, void **ptr, char *why, size_t cap)
 {
     if (G.fail_alloc) {
@@ -120,7 +125,8 @@ static void g_free_mapped(void *arg, void *host)
     fake_event("mbox", (uintptr_t)host, 0);
     free(host);
 }
-static const dion__mlx5_gpu_ops_t gpu_ops = {.alloc = g_alloc,
+static const dion__mlx5_gpu_ops_t gpu_ops = {.present = g_present,
+                                             .alloc = g_alloc,
                                              .free = g_free,
                                              .fill = g_fill,
                                              .dmabuf_fd = g_dmabuf_fd,
@@ -777,6 +783,17 @@ static void test_limits_and_usable(void)
               has(why, "not allowed DEVX"),
           "usable with DEVX refused");
     F->open_errno = 0;
+    /* With a GPU, the NIC must reach GPU memory: a trial umem, released again. */
+    F->umem_dmabuf_ok = F->umem_plain_ok = 0;
+    CHECK(N->usable(why, sizeof why) == 0 && has(why, "a 64 KiB trial block") && has(why, "GPUDirect RDMA"),
+          "usable without GPUDirect RDMA");
+    CHECK(F->live == 0, "the trial left %d objects open", F->live);
+    G.no_gpu = 1; /* without a GPU only CPU-mode handles use the NIC: host memory is enough */
+    CHECK(N->usable(why, sizeof why) == 1, "usable without a GPU: %s", why);
+    G.no_gpu = 0;
+    F->umem_dmabuf_ok = F->umem_plain_ok = 1;
+    CHECK(N->usable(why, sizeof why) == 1 && F->live == 0 && count_kind("gpumem") >= 2,
+          "usable with GPUDirect RDMA: %s", why);
     dion__mlx5_open_args_t bad = {.ibv_lib = LIB, .dv_lib = "libmlx5-not-here.so.9", .gpu = &gpu_ops};
     dion__gdaki_mlx5_test_args(&bad);
     CHECK(N->usable(why, sizeof why) == 0 && has(why, "libmlx5-not-here.so.9") &&

@@ -23,6 +23,8 @@
  * CUresult so that the caller can tell "not permitted" (the peer-mapping setting) from other failures. */
 typedef struct {
     void *arg;
+    /* Whether there is a GPU at all (a CPU-only machine still runs CPU-mode handles over the NIC). */
+    int (*present)(void *arg);
     /* bytes of device memory, aligned to 64 KiB (the GPU page, what peer-memory registration pins) */
     int (*alloc)(void *arg, size_t bytes, void **ptr, char *why, size_t cap);
     void (*free)(void *arg, void *ptr);
@@ -167,6 +169,13 @@ void dion__mlx5_qp_blob(const dion__mlx5_qp_t *q, uint8_t out[DION__VERBS_ADDR_B
 /* INIT -> RTR -> RTS towards the peer's blob. */
 dion_status_t dion__mlx5_qp_connect(dion__mlx5_qp_t *q, const uint8_t *blob, size_t len);
 void dion__mlx5_qp_destroy(dion__mlx5_qp_t *q);
+
+/* GPU memory as a DEVX umem: dmabuf first, then nvidia-peermem; a sentence naming both reasons when neither
+ * works. what names the memory in it ("the queues of context 0, peer 1"). */
+dion_status_t dion__mlx5_umem_gpu(dion__mlx5_t *m, void *mem, size_t bytes, const char *what,
+                                  struct mlx5dv_devx_umem **out, const char **path);
+/* Registers (then releases) 64 KiB of GPU memory as a umem: whether GPUDirect RDMA works for the queues. */
+dion_status_t dion__mlx5_gpudirect_check(dion__mlx5_t *m);
 
 /* ---- memory registration (mlx5_qp.c) ---- */
 struct dion__mlx5_mr {

@@ -175,7 +175,13 @@ static void free_mapped(void *arg, void *host)
     cudaFreeHost(host);
 }
 
+static int present(void *arg)
+{
+    return dion__cuda_device_count() > 0;
+}
+
 const dion__mlx5_gpu_ops_t dion__mlx5_cuda_ops = {.arg = NULL,
+                                                  .present = present,
                                                   .alloc = gpu_alloc,
                                                   .free = gpu_free,
                                                   .fill = gpu_fill,

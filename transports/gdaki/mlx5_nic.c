@@ -32,8 +32,9 @@ void dion__gdaki_mlx5_test_args(const dion__mlx5_open_args_t *a)
     if (a) test_args = *a;
 }
 
-/* The same open a comm makes (device with DEVX and an ACTIVE port, PD, caps, GID, UAR), then closed: a
- * machine whose mlx5 device refuses DEVX is not offered to the backend, so that it can pick another one. */
+/* The same open a comm makes (device with DEVX and an ACTIVE port, PD, caps, GID, UAR) and, where there is a
+ * GPU, a trial umem of GPU memory; then closed. A device that refuses DEVX, or a GPU the NIC cannot reach, is
+ * not offered to the backend, so that it picks another one (proxy) instead of failing later. */
 static int mlx5_usable(char *why, size_t cap)
 {
     dion__mlx5_open_args_t a = {0};
@@ -43,8 +44,11 @@ static int mlx5_usable(char *why, size_t cap)
         snprintf(why, cap, "%s", dion_last_error());
         return 0;
     }
+    /* With a GPU, the queues will be GPU memory: without GPUDirect RDMA every GPU handle would fail later. */
+    int ok = !m->gpu->present(m->gpu->arg) || dion__mlx5_gpudirect_check(m) == DION_SUCCESS;
+    if (!ok) snprintf(why, cap, "%s", dion_last_error());
     dion__mlx5_close(m);
-    return 1;
+    return ok;
 }
 
 static dion_status_t mlx5_open(dion_comm_t comm, dion__gdaki_nic_t **out)

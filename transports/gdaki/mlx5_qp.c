@@ -49,6 +49,15 @@ static dion_status_t umem_register(dion__mlx5_qp_t *q)
             m->devname, q->mem_bytes, q->a.ctx, q->a.peer, strerror(errno ? errno : EIO),
             errno == ENOMEM || errno == EPERM ? " (raise the locked-memory limit: ulimit -l)" : "");
     }
+    char what[96];
+    snprintf(what, sizeof what, "the queues of context %u, peer %d", q->a.ctx, q->a.peer);
+    return dion__mlx5_umem_gpu(m, q->mem, q->mem_bytes, what, &q->umem, &q->umem_path);
+}
+
+dion_status_t dion__mlx5_umem_gpu(dion__mlx5_t *m, void *mem, size_t bytes, const char *what,
+                                  struct mlx5dv_devx_umem **out, const char **path)
+{
+    *out = NULL;
     char why_dmabuf[384] = "", why[256] = "";
     /* 1: dmabuf, the route that needs no extra kernel module. */
     if (!m->sym.umem_reg_ex) {
@@ -57,21 +66,21 @@ static dion_status_t umem_register(dion__mlx5_qp_t *q)
     } else {
         int fd = -1;
         uint64_t off = 0;
-        if (m->gpu->dmabuf_fd(m->gpu->arg, (uintptr_t)q->mem, q->mem_bytes, &fd, &off, why, sizeof why)) {
+        if (m->gpu->dmabuf_fd(m->gpu->arg, (uintptr_t)mem, bytes, &fd, &off, why, sizeof why)) {
             snprintf(why_dmabuf, sizeof why_dmabuf, "no dmabuf fd for the range: %s", why);
         } else {
             struct mlx5dv_devx_umem_in in = {.addr = (void *)(uintptr_t)off, /* offset in the dmabuf */
-                                             .size = q->mem_bytes,
+                                             .size = bytes,
                                              .access = IBV_ACCESS_LOCAL_WRITE,
                                              .pgsz_bitmap = ~(uint64_t)(HOST_PAGE - 1),
                                              .comp_mask = MLX5DV_UMEM_MASK_DMABUF,
                                              .dmabuf_fd = fd};
             errno = 0;
-            q->umem = m->sym.umem_reg_ex(m->ctx, &in);
+            *out = m->sym.umem_reg_ex(m->ctx, &in);
             int e = errno;
             m->gpu->close_fd(m->gpu->arg, fd); /* the umem keeps its own reference */
-            if (q->umem) {
-                q->umem_path = "dmabuf";
+            if (*out) {
+                *path = "dmabuf";
                 return DION_SUCCESS;
             }
             snprintf(why_dmabuf, sizeof why_dmabuf, "mlx5dv_devx_umem_reg_ex(dmabuf) failed: %s",
@@ -80,24 +89,38 @@ static dion_status_t umem_register(dion__mlx5_qp_t *q)
     }
     /* 2: the GPU address itself; the kernel resolves it through nvidia-peermem. */
     errno = 0;
-    q->umem = m->sym.umem_reg(m->ctx, q->mem, q->mem_bytes, IBV_ACCESS_LOCAL_WRITE);
-    if (q->umem) {
-        q->umem_path = "nvidia-peermem";
-        DION_LOG(DION_LOG_INFO,
-                 "gdaki/mlx5: queues of context %u, peer %d registered through nvidia-peermem (%s)", q->a.ctx,
-                 q->a.peer, why_dmabuf);
+    *out = m->sym.umem_reg(m->ctx, mem, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (*out) {
+        *path = "nvidia-peermem";
+        DION_LOG(DION_LOG_INFO, "gdaki/mlx5: %s registered through nvidia-peermem (%s)", what, why_dmabuf);
         return DION_SUCCESS;
     }
     int e = errno;
     return dion__error_set(
         DION_ERR_UNSUPPORTED,
-        "gdaki/mlx5: %s: the NIC cannot register the GPU memory of the queues of context %u, "
-        "peer %d (%zu bytes) as a DEVX umem: dmabuf route: %s; nvidia-peermem route "
-        "(mlx5dv_devx_umem_reg): %s%s. gdaki needs GPUDirect RDMA: load nvidia_peermem "
-        "(modprobe nvidia_peermem), or use the open NVIDIA kernel module with a kernel and "
+        "gdaki/mlx5: %s: the NIC cannot register the GPU memory of %s (%zu bytes) as a DEVX umem: dmabuf "
+        "route: %s; nvidia-peermem route (mlx5dv_devx_umem_reg): %s%s. gdaki needs GPUDirect RDMA: load "
+        "nvidia_peermem (modprobe nvidia_peermem), or use the open NVIDIA kernel module with a kernel and "
         "rdma-core that support dmabuf; or use DION_TRANSPORT=proxy",
-        m->devname, q->a.ctx, q->a.peer, q->mem_bytes, why_dmabuf, strerror(e ? e : EIO),
+        m->devname, what, bytes, why_dmabuf, strerror(e ? e : EIO),
         e == EFAULT || e == EINVAL ? " (is nvidia_peermem loaded?)" : "");
+}
+
+dion_status_t dion__mlx5_gpudirect_check(dion__mlx5_t *m)
+{
+    char why[256] = "";
+    void *mem = NULL;
+    if (m->gpu->alloc(m->gpu->arg, GPU_PAGE, &mem, why, sizeof why))
+        return dion__error_set(DION_ERR_CUDA,
+                               "gdaki/mlx5: allocating 64 KiB of GPU memory to try GPUDirect RDMA "
+                               "failed: %s",
+                               why);
+    struct mlx5dv_devx_umem *u = NULL;
+    const char *path = NULL;
+    dion_status_t s = dion__mlx5_umem_gpu(m, mem, GPU_PAGE, "a 64 KiB trial block", &u, &path);
+    if (u) m->sym.umem_dereg(u);
+    m->gpu->free(m->gpu->arg, mem);
+    return s;
 }
 
 static dion_status_t mem_alloc(dion__mlx5_qp_t *q)
