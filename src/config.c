@@ -123,6 +123,14 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "proxy/verbs completion-queue depth of each context: operations in flight per context over all peers. "
      "Range 64 to 4194304.",
      NULL},
+    {"DION_GDAKI_DOORBELL", DION_CFG_ENUM, "auto", "auto|gpu|cpu",
+     "gdaki on an mlx5 NIC: who writes the NIC's doorbell register for GPU threads. auto: the GPU, through "
+     "the UAR page mapped into it, when the nvidia module allows that (NVreg_RegistryDwords="
+     "\"PeerMappingOverride=1;\"), else a CPU thread that copies each doorbell from host memory (slower, "
+     "said in the log and by dion-info). gpu: fail instead of falling back. cpu: always the CPU thread. The "
+     "gdaki mlx5 path also reads DION_IB_HCA, DION_IB_PORT, DION_IB_GID_INDEX, DION_IB_TIMEOUT, "
+     "DION_IB_RETRY_CNT, DION_IB_SL and DION_IB_TC.",
+     NULL},
     /* bootstrap */
     {"DION_BOOTSTRAP_TIMEOUT", DION_CFG_DURATION, "60s", NULL,
      "Bound on every bootstrap wait: connecting to the root and to ring neighbours, and each collective.",

@@ -9,12 +9,19 @@
 
 #include "src/cuda.h"
 #include "transports/gdaki/nic.h"
+#if defined(DION_HAVE_GDAKI_MLX5)
+#include "transports/gdaki/mlx5_nic.h"
+#endif
 #include "transports/transport.h"
 
 #define DION__GD_WQEBBS 1024u /* SQ of each QP; a warp's group (<= 512 WQEBBs) fits in 3/4 of it */
 
 /* NICs built in, in the order auto tries them (auto never picks the model). */
-static const dion__gdaki_nic_ops_t *const dion__gdaki_nics[] = {&dion__gdaki_softnic, NULL};
+static const dion__gdaki_nic_ops_t *const dion__gdaki_nics[] = {&dion__gdaki_softnic,
+#if defined(DION_HAVE_GDAKI_MLX5)
+                                                                &dion__gdaki_mlx5,
+#endif
+                                                                NULL};
 
 typedef struct dion__gdr {
     struct dion__gdr *next;
@@ -83,9 +90,10 @@ static void dion__gd_probe(void)
     const dion__gdaki_nic_ops_t *n = dion__gd_find(which == 2 ? "softnic" : "mlx5");
     char why[DION__TL_WHY] = "";
     if (!n)
-        snprintf(dion__gd_why, sizeof dion__gd_why,
-                 "this build has no ConnectX (mlx5 DEVX) NIC implementation yet; DION_GDAKI_NIC=softnic runs "
-                 "gdaki over the NIC model (tests only)");
+        snprintf(
+            dion__gd_why, sizeof dion__gd_why,
+            "this build has no ConnectX (mlx5 DEVX) NIC half (rdma-core's infiniband/mlx5dv.h and verbs.h "
+            "were absent at build time); DION_GDAKI_NIC=softnic runs gdaki over the NIC model (tests only)");
     else if (!n->usable(why, sizeof why))
         snprintf(dion__gd_why, sizeof dion__gd_why, "NIC %s: %s", n->name, why);
     else
