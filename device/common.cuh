@@ -281,8 +281,9 @@ DION_HD int dion__check_range(const dion_ctx_t *c, dion_dwin_t w, int rank, uint
             size = p->size;
             if (bytes > size || off > size - bytes)
                 why = DION_WCHK_RANGE;
-            else if (bytes && !p->base && dion__peer_transport(&c->dev, rank) != DION_TRANSPORT_PROXY)
-                why = DION_WCHK_UNMAPPED; /* proxy peers are reached by commands, never mapped */
+            else if (bytes && !p->base && dion__peer_transport(&c->dev, rank) != DION_TRANSPORT_PROXY &&
+                     dion__peer_transport(&c->dev, rank) != DION_TRANSPORT_GDAKI)
+                why = DION_WCHK_UNMAPPED; /* proxy and gdaki peers are reached by the network, never mapped */
             else if ((((uint64_t)(uintptr_t)p->base + off) & (align - 1)) != 0)
                 why = DION_WCHK_ALIGN;
         }

@@ -6,13 +6,18 @@
  *  - p2p: a word in dev.lcount, which the group's leader adds 1 to once the group's copy is done (the copy
  *    has read the whole source when the call returns);
  *  - proxy: ctl->lcount[counter] of the context's ring, which the proxy thread adds 1 to once the engine no
- *    longer reads the source (transports/proxy/proxy_ops.c).
+ *    longer reads the source (transports/proxy/proxy_ops.c);
+ *  - gdaki: the p2p word too, which the posting leader adds 1 to after the CQE of the put's last WQE (at once
+ *    for an all-inline put), so gdaki adds no part of its own (dion__gdaki_rma_group in dion_device.cuh).
  * docs/semantics.md ("Local completion counters") says what a backend has to provide. Included by
  * dion_device.cuh after the proxy's half, whose ring it reads when compiled in. */
 #ifndef DION_DEVICE_COUNTER_CUH
 #define DION_DEVICE_COUNTER_CUH
 
 #include "dion/device/common.cuh"
+#if DION__HAS_GDAKI
+#include "dion/device/gdaki_proto.cuh"
+#endif
 
 /* The p2p word of counter `counter` of the context. */
 DION_HD uint64_t *dion__lcount_word(const dion_ctx_t *c, uint32_t counter)
@@ -61,9 +66,24 @@ DION_HD int dion__check_counter(const dion_ctx_t *c, uint32_t counter, dion_op_t
     return 0;
 }
 
+#if DION__HAS_GDAKI
+/* gdaki: the first error latched by a QP of the context (a failed counted put never counts), or 0. */
+DION_HD uint64_t dion__lcount_gdaki_err(const dion_ctx_t *c)
+{
+    const dion_gdaki_qp_dev_t *qs = c->dev.gdaki->qps + (size_t)c->index * (size_t)c->dev.nranks;
+    for (int p = 0; p < c->dev.nranks; p++) {
+        if (!(qs[p].flags & DION_GDAKI_QP_UP)) continue;
+        uint64_t e = dion__ld_relaxed(&qs[p].st->err, DION_SCOPE_GPU);
+        if (e) return e;
+    }
+    return 0;
+}
+#endif
+
 /* Polls until the counter reaches value, the comm is aborted or a peer failed (the abort word), the
- * context's proxy ring failed, or the handle's wait timeout passes; as dion__wait_word, the clock and the
- * failure words are read every 128 polls. A timeout writes an error record. */
+ * context's proxy ring or one of its gdaki QPs failed, or the handle's wait timeout passes; as
+ * dion__wait_word, the clock and the failure words are read every 128 polls. A timeout writes an error
+ * record. */
 DION_HD dion_status_t dion__lcount_wait(const dion_ctx_t *c, uint32_t counter, uint64_t value,
                                         uint64_t *observed)
 {
@@ -79,6 +99,9 @@ DION_HD dion_status_t dion__lcount_wait(const dion_ctx_t *c, uint32_t counter, u
                 ab = dion__ld_relaxed(&dion__ctx_ring(c)->ctl->status, DION_SCOPE_SYS);
                 if (ab) dion__proxy_error(c, (dion_status_t)ab, DION_OP_COUNTER_WAIT, -1, counter, v);
             }
+#endif
+#if DION__HAS_GDAKI
+            if (!ab && (d->flags & DION_DEVF_GDAKI)) ab = dion__lcount_gdaki_err(c);
 #endif
             if (ab) {
                 *observed = v;

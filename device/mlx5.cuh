@@ -285,6 +285,20 @@ DION_HD uint32_t dion__mlx5_wqe_fetch_add(const dion__mlx5_sq_t *sq, uint16_t id
     return 1;
 }
 
+/* ATOMIC compare-swap of 8 bytes at raddr (8-byte aligned): the word becomes swap when it equals compare; the
+ * old value lands at (laddr, lkey). */
+DION_HD uint32_t dion__mlx5_wqe_compare_swap(const dion__mlx5_sq_t *sq, uint16_t idx, uint8_t fm_ce_se,
+                                             uint64_t raddr, uint32_t rkey, uint64_t swap, uint64_t compare,
+                                             uint64_t laddr, uint32_t lkey)
+{
+    dion__mlx5_set_ctrl_seg(dion__mlx5_wqe_at(sq, idx, 0), idx, DION__MLX5_OP_ATOMIC_CS, 0, sq->qpn, fm_ce_se,
+                            DION__MLX5_DS_ATOMIC, 0);
+    dion__mlx5_set_raddr_seg(dion__mlx5_wqe_at(sq, idx, 16), raddr, rkey);
+    dion__mlx5_set_atomic_seg(dion__mlx5_wqe_at(sq, idx, 32), swap, compare);
+    dion__mlx5_set_data_seg(dion__mlx5_wqe_at(sq, idx, 48), DION__MLX5_ATOMIC_BYTES, lkey, laddr);
+    return 1;
+}
+
 /* Signal SET: an 8-byte masked compare-swap that always swaps (compare_mask 0, swap_mask all ones), as
  * NVSHMEM's IBGDA posts SIGNAL_SET (nvshmem.md 2.2; DESIGN.md "masked CS for signals"). A plain inline WRITE
  * would be cheaper, but a SET racing with another peer's ADD on the same word must go through the NIC's
@@ -529,6 +543,7 @@ typedef struct {
     uint64_t base;  /* the group's first WQEBB */
     uint32_t total; /* WQEBBs the group reserved */
     uint32_t last;  /* nonzero on the lane whose WQE is the group's last (it asks for the CQE) */
+    uint32_t group; /* the lanes that reserved together (__activemask on the GPU; 1 in CPU mode) */
 } dion__mlx5_resv_t;
 
 /* Reserve nwqebb (1..16) WQEBBs per calling lane on the 64-bit producer counter *head. On the GPU the lanes
@@ -556,11 +571,13 @@ DION_HD dion__mlx5_resv_t dion__mlx5_reserve(uint64_t *head, uint32_t nwqebb, ui
     r.base = base;
     r.total = total;
     r.last = lane == 31u - __clz(active);
+    r.group = active;
 #else
     r.slot = dion__atom_add(head, nwqebb, scope);
     r.base = r.slot;
     r.total = nwqebb;
     r.last = 1;
+    r.group = 1;
 #endif
     return r;
 }

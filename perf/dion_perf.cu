@@ -414,6 +414,10 @@ static const char *transport_name(uint32_t t)
     case DION_TRANSPORT_PROXY:
         return "proxy";
 #endif
+#ifdef DION_DEVF_GDAKI
+    case DION_TRANSPORT_GDAKI:
+        return "gdaki";
+#endif
     default:
         return "other";
     }

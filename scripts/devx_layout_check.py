@@ -25,7 +25,7 @@ def read_table():
 
 def read_header(path):
     structs = {}
-    for m in re.finditer(r"struct\s+(\w+)\s*\{(.*?)\n\};", Path(path).read_text(errors="replace"), re.S):
+    for m in re.finditer(r"(?:struct|union)\s+(\w+)\s*\{(.*?)\n\};", Path(path).read_text(errors="replace"), re.S):
         fields = []
         for line in m.group(2).split("\n"):
             line = line.split("/*")[0].strip()
@@ -42,13 +42,24 @@ def read_header(path):
     return structs
 
 
+def is_union(name):
+    return "_union_" in name  # mlx5_ifc.h names its unions *_union_bits
+
+
 def size(structs, name):
-    return sum(w if t is None else size(structs, t) for _, t, w in structs[name])
+    sizes = [w if t is None else size(structs, t) for _, t, w in structs[name]]
+    return max(sizes) if is_union(name) else sum(sizes)
 
 
 def flatten(structs, name, base=0, prefix=""):
     out, off = {}, base
     for f, t, w in structs[name]:
+        if is_union(name):  # every member at the union's offset
+            if t is None:
+                out[prefix + f] = (base, w)
+            elif t in structs:
+                out.update(flatten(structs, t, base, prefix + f + "."))
+            continue
         if t is None:
             out[prefix + f] = (off, w)
             off += w
@@ -68,7 +79,10 @@ def main():
     for path in sys.argv[1:]:
         structs = read_header(path)
         for cmd, rows in tables.items():
-            name = cmd if cmd.endswith("_out") else cmd + "_in"
+            # Layouts that read another command's output (the atomic caps come in QUERY_HCA_CAP's mailbox;
+            # every output starts with status and syndrome).
+            alias = {"query_atomic_cap_out": "query_hca_cap_out", "cmd_out": "query_hca_cap_out"}
+            name = alias.get(cmd, cmd if cmd.endswith("_out") else cmd + "_in")
             cands = [s for s in structs if s.endswith("_" + name + "_bits")]
             if not cands:
                 print(f"{path}: no struct for {cmd}")

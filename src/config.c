@@ -39,11 +39,11 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "Default timeout of every device wait, quiet and barrier when dion_dev_attr_t.wait_timeout_ns is 0; "
      "0 waits forever.",
      NULL},
-    {"DION_TRANSPORT", DION_CFG_ENUM, "auto", "auto|p2p|proxy|proxy/verbs|proxy/ofi",
-     "Backend for remote peers. auto: p2p where the peer's memory can be mapped, else proxy (proxy threads "
-     "drive a network engine; reaches other hosts). A name forces that backend for every peer. proxy takes "
-     "the verbs engine (rdma-core) when every rank can open it, else ofi (libfabric); proxy/verbs and "
-     "proxy/ofi force the engine.",
+    {"DION_TRANSPORT", DION_CFG_ENUM, "auto", "auto|p2p|gdaki|proxy|proxy/verbs|proxy/ofi",
+     "Backend for remote peers. auto: p2p where the peer's memory can be mapped, else gdaki where a NIC for "
+     "it is usable (see DION_GDAKI_NIC), else proxy (proxy threads drive a network engine; reaches other "
+     "hosts). A name forces that backend for every peer. proxy takes the verbs engine (rdma-core) when every "
+     "rank can open it, else ofi (libfabric); proxy/verbs and proxy/ofi force the engine.",
      NULL},
     {"DION_CPU_MODE", DION_CFG_BOOL, "0", NULL,
      "1: dion_dev_create builds a CPU-mode handle (device calls run on CPU threads over host windows) even "
@@ -74,6 +74,18 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "Which windows the proxy stages through pinned host shadows (docs/backends/proxy.md). auto: GPU windows "
      "when the provider cannot register GPU memory; always: every window, host windows too (for tests: CPU "
      "mode then runs the staged path). Every rank must use the same value.",
+     NULL},
+    /* gdaki backend */
+    {"DION_GDAKI_NIC", DION_CFG_ENUM, "auto", "auto|mlx5|softnic",
+     "NIC that gdaki posts to. auto: a ConnectX (mlx5) NIC when one is usable, else gdaki is not used. "
+     "softnic: the NIC model, a CPU thread per rank that reads the work requests device code writes, checks "
+     "them and executes them through the ofi engine; for tests without a NIC, never chosen by auto, and "
+     "logged when used (docs/gdaki.md).",
+     NULL},
+    {"DION_SOFTNIC_INJECT", DION_CFG_STRING, NULL, NULL,
+     "With DION_GDAKI_NIC=softnic, for tests: kind@N makes the N-th work request this rank's model executes "
+     "(counted from 1 over all its QPs) fail with an error completion instead. kind: remote_access (syndrome "
+     "0x13), local_prot (0x04), retry (0x15, transport retries exceeded), remote_op (0x14).",
      NULL},
     /* proxy/verbs engine (rdma-core) */
     {"DION_IB_HCA", DION_CFG_STRING, NULL, NULL,
@@ -110,6 +122,14 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"DION_IB_CQ_DEPTH", DION_CFG_INT, "4096", NULL,
      "proxy/verbs completion-queue depth of each context: operations in flight per context over all peers. "
      "Range 64 to 4194304.",
+     NULL},
+    {"DION_GDAKI_DOORBELL", DION_CFG_ENUM, "auto", "auto|gpu|cpu",
+     "gdaki on an mlx5 NIC: who writes the NIC's doorbell register for GPU threads. auto: the GPU, through "
+     "the UAR page mapped into it, when the nvidia module allows that (NVreg_RegistryDwords="
+     "\"PeerMappingOverride=1;\"), else a CPU thread that copies each doorbell from host memory (slower, "
+     "said in the log and by dion-info). gpu: fail instead of falling back. cpu: always the CPU thread. The "
+     "gdaki mlx5 path also reads DION_IB_HCA, DION_IB_PORT, DION_IB_GID_INDEX, DION_IB_TIMEOUT, "
+     "DION_IB_RETRY_CNT, DION_IB_SL and DION_IB_TC.",
      NULL},
     /* bootstrap */
     {"DION_BOOTSTRAP_TIMEOUT", DION_CFG_DURATION, "60s", NULL,

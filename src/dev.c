@@ -9,6 +9,8 @@
 #include "trace.h"
 #include "transports/p2p/p2p.h" /* dion__host_alloc: CPU-mode signal tables are shared memory */
 #include "transports/transport.h"
+#include "dion/device/gdaki_proto.cuh"
+#include "dion/device/mlx5.cuh" /* the syndrome of a gdaki record, decoded */
 
 struct dion__devh {
     struct dion__devh *next;
@@ -111,6 +113,43 @@ static int dion__describe_window(const dion_err_record_t *r, char *out, size_t c
     return 0;
 }
 
+/* gdaki records: the QP, the peer and the decoded syndrome of an error completion, or what timed out. */
+static void dion__describe_gdaki(const dion_err_record_t *r, char *out, size_t cap)
+{
+    unsigned syn = (unsigned)(r->offset & 0xff), vendor = (unsigned)((r->offset >> 8) & 0xff);
+    unsigned wop = (unsigned)((r->offset >> 16) & 0xff), idx = (unsigned)((r->offset >> 32) & 0xffff);
+    const char *reason = NULL;
+    switch (r->cmp) {
+    case DION_GDAKI_REC_CQE:
+        dion__mlx5_syndrome_status((uint8_t)syn, &reason);
+        snprintf(
+            out, cap,
+            "gdaki QP 0x%06llx to rank %d failed: the NIC completed WQE index 0x%04x (opcode 0x%02x) with "
+            "syndrome 0x%02x (vendor 0x%02x): %s; the QP is in error and takes no more work",
+            (unsigned long long)r->expected, r->peer, idx, wop, syn, vendor, reason);
+        break;
+    case DION_GDAKI_REC_STALL:
+        snprintf(out, cap,
+                 "gdaki QP 0x%06llx to rank %d was failed: a thread got no ring slots or no turn to publish "
+                 "within the wait timeout (%.3f s), so later work requests could not be published (%s)",
+                 (unsigned long long)r->expected, r->peer, (double)r->limit / 1e9,
+                 dion_status_string((dion_status_t)r->status));
+        break;
+    case DION_GDAKI_REC_KEY:
+        snprintf(out, cap,
+                 "window id %llu has no gdaki registration for rank %d (destroyed, or more than %u windows "
+                 "alive at once); nothing was posted",
+                 (unsigned long long)r->observed, r->peer, DION_GDAKI_KEY_ROWS);
+        break;
+    default:
+        snprintf(out, cap,
+                 "gdaki QP 0x%06llx to rank %d: the NIC did not complete the work requests within the wait "
+                 "timeout (%.3f s; completed up to WQEBB %llu): the NIC or its model is stalled",
+                 (unsigned long long)r->expected, r->peer, (double)r->limit / 1e9,
+                 (unsigned long long)r->observed);
+    }
+}
+
 /* One sentence for a device error record. */
 static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
 {
@@ -129,6 +168,10 @@ static void dion__describe(const dion_err_record_t *r, char *out, size_t cap)
         else
             snprintf(out, cap, "the context's proxy ring failed (%s)",
                      dion_status_string((dion_status_t)r->status));
+        return;
+    }
+    if (r->detail == DION_ERR_DETAIL_GDAKI) {
+        dion__describe_gdaki(r, out, cap);
         return;
     }
     if (dion__describe_window(r, out, cap)) return;
@@ -494,8 +537,9 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             if (st != DION_SUCCESS) h->table_pinned = 0;
             void *devp = NULL;
             if (st == DION_SUCCESS)
-                st = dion__cuda_check(cudaHostGetDevicePointer(&devp, h->table, 0),
-                                      "mapping the host signal table into the GPU (cudaHostGetDevicePointer)");
+                st =
+                    dion__cuda_check(cudaHostGetDevicePointer(&devp, h->table, 0),
+                                     "mapping the host signal table into the GPU (cudaHostGetDevicePointer)");
             if (st == DION_SUCCESS && devp != (void *)h->table)
                 st = dion__error(DION_ERR_UNSUPPORTED,
                                  "the GPU sees the host signal table at another address; the proxy backend "
@@ -530,12 +574,18 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
                                  c->rank, r, c->info[r].host);
             if (peers[r].scope == DION_SCOPE_SYS) flags |= DION_DEVF_SYS;
             if (peers[r].transport == DION_TRANSPORT_PROXY) flags |= DION_DEVF_PROXY | DION_DEVF_SYS;
+            if (peers[r].transport == DION_TRANSPORT_GDAKI) flags |= DION_DEVF_GDAKI | DION_DEVF_SYS;
             if (r == n - 1 && !cpu && (flags & DION_DEVF_PROXY))
                 DION_LOG(
                     DION_LOG_WARN,
                     "this GPU handle reaches some peers through the proxy: kernels that use it must be "
                     "compiled with -DDION_DEVICE_BACKENDS=3 (GPU code has the p2p half alone by default; "
                     "docs/backends/proxy.md)");
+            if (r == n - 1 && !cpu && (flags & DION_DEVF_GDAKI))
+                DION_LOG(DION_LOG_WARN,
+                         "this GPU handle reaches some peers through gdaki: kernels that use it must be "
+                         "compiled with DION_DEVICE_BACKEND_GDAKI in -DDION_DEVICE_BACKENDS (e.g. 5: p2p and "
+                         "gdaki; docs/gdaki.md)");
             if (r < DION_DEV_INLINE_PEERS) h->peers_copy[r] = peers[r];
         }
         if (cpu || c->host_windows) flags |= DION_DEVF_SYS;
@@ -755,7 +805,8 @@ dion_status_t dion_dev_check(dion_comm_t c, const dion_dev_t *dev)
     if (count == 0) return dion__error(DION_ERR_INTERNAL, "no device error record was left to read%s", drops);
     char text[1024], more[64] = "";
     dion__describe(&first, text, sizeof text);
-    if (first.detail == DION_ERR_DETAIL_PROXY) { /* the backend's own sentence names the peer and the cause */
+    if (first.detail == DION_ERR_DETAIL_PROXY ||
+        first.detail == DION_ERR_DETAIL_GDAKI) { /* the backend's own sentence names the peer and the cause */
         size_t len = strlen(text);
         pthread_mutex_lock(&c->devs_lock);
         struct dion__devh *h2 = dion__devh_of(c, dev, "dion_dev_check");

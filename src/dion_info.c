@@ -17,9 +17,14 @@
 #include "cuda.h"
 #include "gpu_select.h"
 #include "internal.h"
+#include "transports/gdaki/nic.h"
+#include "transports/gdaki/softnic/wqe_check.h"
 #include "transports/transport.h"
 #if defined(DION_HAVE_VERBS)
 #include "transports/proxy/engine_verbs.h"
+#endif
+#if defined(DION_HAVE_GDAKI_MLX5)
+#include "transports/gdaki/mlx5.h"
 #endif
 
 #if defined(DION_IBVERBS_INCLUDE_FOUND)
@@ -608,59 +613,123 @@ static int report_gpudirect(void)
     return 0;
 }
 
+/* gdaki over the softnic model: a CPU thread per rank plays the NIC (tests; never chosen by auto). */
+static void report_softnic(void)
+{
+    verdict_t v = {{0}, 0};
+    int which = 0;
+    if (dion__cfg_enum("DION_GDAKI_NIC", &which) != DION_SUCCESS) dion__error_clear();
+    if (which == 2)
+        ok("softnic model selected (DION_GDAKI_NIC=softnic): a CPU thread per rank plays the NIC, reading "
+           "the "
+           "WQEs device code writes; nothing runs on a NIC");
+    else {
+        missing("set DION_GDAKI_NIC=softnic to run gdaki over the model (tests only)",
+                "softnic model not selected (DION_GDAKI_NIC=%s)", which == 1 ? "mlx5" : "auto");
+        block(&v, "not selected: DION_GDAKI_NIC=softnic selects it");
+    }
+    char why[256] = "";
+    if (dion__gdaki_softnic.usable(why, sizeof why))
+        ok("the model executes work requests through the ofi engine, which opens here");
+    else {
+        missing("install libfabric (libfabric1) or set DION_OFI_PROVIDER=tcp", "%s", why);
+        block(&v, "its ofi engine cannot run");
+    }
+    if (dion__snic_uses_mlx5dv())
+        ok("the model reads WQEs with rdma-core's mlx5dv.h definitions (a field DION lays out wrongly is "
+           "caught)");
+    else
+        missing(
+            "install libibverbs-dev and rebuild",
+            "the model reads WQEs with DION's own copy of the layouts (mlx5dv.h was absent at build time)");
+    verdict("gdaki/softnic", &v, "softnic model selected: gdaki runs against the model; nothing on a NIC");
+}
+
+/* gdaki on an mlx5 NIC, one line per requirement: the device, DEVX, GPUDirect RDMA for the queues and
+ * windows, and who rings the doorbell. The DEVX line is the real open (the same device choice, DEVX context,
+ * PD, HCA caps, GID and UAR a comm makes), and the doorbell line the real cuMemHostRegister of that UAR page.
+ */
 static void report_gdaki(void)
 {
     verdict_t v = {{0}, 0};
+    char note[512] = "";
     printf("\ngdaki (GPU threads post RDMA work requests to mlx5 NICs directly)\n");
-    if (g.ibv)
-        ok("libibverbs.so.1 loadable");
-    else {
-        missing("install libibverbs (rdma-core)", "libibverbs.so.1 not loadable: %s", g.ibv_err);
-        block(&v, "libibverbs.so.1 not loadable");
-    }
-    if (g.mlx5 && g.mlx5_devx)
-        ok("libmlx5.so.1 loadable, with DEVX");
-    else if (g.mlx5) {
-        missing("install a newer rdma-core", "libmlx5.so.1 loads but lacks the DEVX entry points");
-        block(&v, "libmlx5.so.1 lacks DEVX");
-    } else {
-        missing("install the mlx5 provider (rdma-core ibverbs-providers)", "libmlx5.so.1 not loadable: %s",
-                g.mlx5_err);
-        block(&v, "libmlx5.so.1 not loadable");
-    }
     if (g.nmlx5)
-        ok("%d mlx5 RDMA device%s (" SYS_IB "/mlx5_*)", g.nmlx5, g.nmlx5 > 1 ? "s" : "");
+        ok("an mlx5 device: %d (" SYS_IB "/mlx5_*)", g.nmlx5);
     else if (g.nrdma) {
         missing("gdaki needs a ConnectX (mlx5) NIC; other NICs can use proxy/verbs or proxy/ofi",
-                "an mlx5 RDMA device: found %d RDMA device%s, none named mlx5_*", g.nrdma,
-                g.nrdma > 1 ? "s" : "");
-        block(&v, "no mlx5 RDMA device (%d other RDMA device%s)", g.nrdma, g.nrdma > 1 ? "s" : "");
+                "an mlx5 device: found %d RDMA device%s, none named mlx5_*", g.nrdma, g.nrdma > 1 ? "s" : "");
+        block(&v, "no mlx5 device (%d other RDMA device%s)", g.nrdma, g.nrdma > 1 ? "s" : "");
     } else {
         missing("install a ConnectX NIC and load its driver (mlx5_ib); gdaki needs one",
-                "an mlx5 RDMA device: " SYS_IB " is %s", g.ib_dir ? "empty" : "absent");
+                "an mlx5 device: " SYS_IB " is %s", g.ib_dir ? "empty" : "absent");
         block(&v, "%s", no_rdma_reason());
     }
+#if defined(DION_HAVE_GDAKI_MLX5)
+    dion__mlx5_probe_t p;
+    dion__mlx5_probe(NULL, NULL, &p);
+    if (!p.lib_ok) {
+        missing("install rdma-core (apt install libibverbs1 ibverbs-providers; dnf install rdma-core)", "%s",
+                p.why);
+        block(&v, "rdma-core's libibverbs/libmlx5 not loadable");
+    } else if (p.devx_ok) {
+        ok("DEVX allowed: opened %s", p.desc);
+    } else if (g.nmlx5) {
+        missing("see the sentence; DEVX needs mlx5_ib of Linux 5.1+ or MLNX_OFED, a ConnectX-5 or newer, and "
+                "the device's rights in a container",
+                "DEVX: %s", p.why);
+        block(&v, "DEVX open failed");
+    } else {
+        printf("  DEVX: not tried without an mlx5 device\n");
+    }
+    if (p.lib_ok)
+        printf("  rdma-core offers: %s, %s\n",
+               p.umem_dmabuf ? "dmabuf umem (mlx5dv_devx_umem_reg_ex)" : "no dmabuf umem (rdma-core < 38)",
+               p.mr_dmabuf ? "dmabuf MRs (ibv_reg_dmabuf_mr)" : "no dmabuf MRs (rdma-core < 34)");
+#else
+    missing("install libibverbs-dev (rdma-core headers) and rebuild",
+            "this build has no mlx5 NIC for gdaki (built without infiniband/mlx5dv.h)");
+    block(&v, "built without rdma-core's mlx5dv.h");
+#endif
     if (g.ngpu)
         ok("a CUDA GPU (%d)", g.ngpu);
     else {
-        missing("gdaki posts from GPU threads; use a machine with an NVIDIA GPU and driver", "a CUDA GPU: %s",
-                dion__cuda_unavailable_reason());
+        missing("gdaki posts from GPU threads; use a machine with an NVIDIA GPU and driver (CPU mode over an "
+                "mlx5 "
+                "NIC needs none)",
+                "a CUDA GPU: %s", dion__cuda_unavailable_reason());
         block(&v, "no GPU");
     }
     if (!report_gpudirect() && g.ngpu) block(&v, "no GPUDirect RDMA (nvidia_peermem or dmabuf)");
-    if (g.peer_override)
-        ok("PeerMappingOverride=1 in /proc/driver/nvidia/params: GPU threads ring the doorbell");
-    else
-        missing("add 'options nvidia NVreg_RegistryDwords=\"PeerMappingOverride=1;\"' to "
-                "/etc/modprobe.d/nvidia.conf "
-                "and reload the nvidia module (or reboot)",
-                "PeerMappingOverride=1 (%s): without it a CPU thread rings the doorbells (slower)",
+    /* The doorbell: never a blocker, a CPU thread rings when GPU threads cannot. */
+    const char *setting = "add 'options nvidia NVreg_RegistryDwords=\"PeerMappingOverride=1;\"' to "
+                          "/etc/modprobe.d/nvidia.conf and reload the nvidia module (or reboot)";
+#if defined(DION_HAVE_GDAKI_MLX5)
+    if (p.uar_map == 1)
+        ok("doorbell: the NIC's UAR page maps into the GPU (cuMemHostRegister IOMEMORY): GPU threads ring "
+           "it");
+    else if (p.uar_map == 0) {
+        missing(setting,
+                "doorbell: the GPU may not map the NIC's UAR page (%s): a CPU thread rings the doorbells "
+                "for GPU threads (slower)%s",
+                p.uar_why, p.uar_map_rc == 800 ? "; PeerMappingOverride=1 is missing" : "");
+        snprintf(note, sizeof note, "; doorbells rung by a CPU thread (PeerMappingOverride=1 missing)");
+    } else
+#endif
+        if (g.peer_override)
+        ok("PeerMappingOverride=1 in /proc/driver/nvidia/params: GPU threads may ring the doorbell");
+    else {
+        missing(setting, "PeerMappingOverride=1 (%s): without it a CPU thread rings the doorbells (slower)",
                 g.nvidia_params ? "not in RegistryDwords of /proc/driver/nvidia/params"
                                 : "/proc/driver/nvidia/params absent: no NVIDIA kernel driver");
-    missing("use p2p within a node; gdaki comes in a later version",
-            "this build does not contain the gdaki backend yet (planned)");
-    block(&v, "this build does not contain the gdaki backend yet");
-    verdict("gdaki", &v, "");
+        snprintf(note, sizeof note, "; doorbells rung by a CPU thread (PeerMappingOverride=1 missing)");
+    }
+    ok("gdaki backend built: device half device/gdaki.cuh (GPU kernels need -DDION_DEVICE_BACKENDS=5), "
+       "NIC seam transports/gdaki/nic.h");
+    char yes[640];
+    snprintf(yes, sizeof yes, "mlx5 NIC through DEVX%s", note);
+    verdict("gdaki", &v, yes);
+    report_softnic();
 }
 
 static void report_proxy_verbs(void)

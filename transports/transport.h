@@ -82,6 +82,9 @@ typedef struct dion__tl_ops {
      * proxy: "proxy/verbs" or "proxy/ofi"); NULL: name. DION_TRANSPORT=name/xxx forces this backend, which
      * reads the xxx itself. */
     const char *(*label)(void *state);
+    /* 1: dev_init (and dev_fini) run on every rank once some rank uses the backend, also on ranks that use
+     * it with no peer: dev_init is collective (it exchanges connection data through the bootstrap). */
+    int dev_collective;
 } dion__tl_ops_t;
 
 struct dion__tl_region;
@@ -133,5 +136,6 @@ void dion__tl_region_destroy(dion__tl_region_t *r);
 /* ---- backends ---- */
 extern const dion__tl_ops_t dion__tl_p2p;
 extern const dion__tl_ops_t dion__tl_proxy;
+extern const dion__tl_ops_t dion__tl_gdaki;
 
 #endif /* DION_TRANSPORT_H */

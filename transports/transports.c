@@ -5,7 +5,7 @@
 
 #include "transports/transport.h"
 
-const dion__tl_ops_t *const dion__tl_all[] = {&dion__tl_p2p, &dion__tl_proxy, NULL};
+const dion__tl_ops_t *const dion__tl_all[] = {&dion__tl_p2p, &dion__tl_gdaki, &dion__tl_proxy, NULL};
 
 /* Per-comm choice: the backend index of each peer, and which backends any rank uses. */
 struct dion__tl_comm {
@@ -372,7 +372,8 @@ dion_status_t dion__tl_dev_init(dion_comm_t c, const dion__tl_region_t *signals,
     for (int i = 0; dion__tl_all[i] && st == DION_SUCCESS; i++) {
         const dion__tl_ops_t *o = dion__tl_all[i];
         states[i] = NULL;
-        if (!(c->tl->mine_mask & (1u << i)) || !o->dev_init || !(c->tl->init_mask & (1u << i))) continue;
+        uint32_t runs = c->tl->mine_mask | (o->dev_collective ? c->tl->used_mask : 0u);
+        if (!(runs & (1u << i)) || !o->dev_init || !(c->tl->init_mask & (1u << i))) continue;
         st = o->dev_init(c, c->tl->state[i], signals ? signals->tl[i] : NULL, dev, cpu, &states[i]);
         if (st != DION_SUCCESS) {
             states[i] = NULL;

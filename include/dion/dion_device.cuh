@@ -33,6 +33,8 @@
  * handle's DION_DEVF_PROXY flag (a parameter the p2p path reads anyway for its scope). */
 #define DION_DEVICE_BACKEND_P2P   1u /**< bit of DION_DEVICE_BACKENDS: p2p (always compiled) */
 #define DION_DEVICE_BACKEND_PROXY 2u /**< bit of DION_DEVICE_BACKENDS: the CPU proxy (device/proxy.cuh) */
+#define DION_DEVICE_BACKEND_GDAKI                                                                            \
+    4u /**< bit of DION_DEVICE_BACKENDS: gdaki, mlx5 WQEs posted from device code */
 #ifndef DION_DEVICE_BACKENDS
 #if defined(__CUDA_ARCH__)
 /** The device halves compiled into kernels; define it before including this header to change it. GPU code
@@ -43,11 +45,12 @@
  * fit; CPU mode has both halves. */
 #define DION_DEVICE_BACKENDS DION_DEVICE_BACKEND_P2P
 #else
-/** The device halves compiled into host (CPU-mode) code: p2p and the proxy. */
-#define DION_DEVICE_BACKENDS (DION_DEVICE_BACKEND_P2P | DION_DEVICE_BACKEND_PROXY)
+/** The device halves compiled into host (CPU-mode) code: p2p, the proxy and gdaki. */
+#define DION_DEVICE_BACKENDS (DION_DEVICE_BACKEND_P2P | DION_DEVICE_BACKEND_PROXY | DION_DEVICE_BACKEND_GDAKI)
 #endif
 #endif
 #define DION__HAS_PROXY ((DION_DEVICE_BACKENDS & DION_DEVICE_BACKEND_PROXY) != 0)
+#define DION__HAS_GDAKI ((DION_DEVICE_BACKENDS & DION_DEVICE_BACKEND_GDAKI) != 0)
 
 /* The counter argument of the put paths when the call counts nothing (dion_put, dion_put_signal). */
 #define DION__NO_COUNTER 0xffffffffu
@@ -206,6 +209,216 @@ DION_HD dion_status_t dion__proxy_ctx_order(const dion_ctx_t *c, dion_proxy_op_t
 
 #include "dion/device/counter.cuh"
 
+#if DION__HAS_GDAKI
+#include "dion/device/gdaki.cuh"
+
+/* Out of line on the GPU, like the proxy's paths: they are long, and they would weigh on the register
+ * allocation of the p2p code beside them. */
+#if defined(__CUDACC__)
+#define DION__GDAKI_PATH static __noinline__ __host__ __device__
+#else
+#define DION__GDAKI_PATH static inline
+#endif
+
+/* Whether peer is served by gdaki: work requests on the QP (context, peer) instead of loads and stores. */
+DION_HD int dion__is_gdaki(const dion_ctx_t *c, int peer)
+{
+    return (c->dev.flags & DION_DEVF_GDAKI) && dion__peer_transport(&c->dev, peer) == DION_TRANSPORT_GDAKI;
+}
+
+DION_HD const dion_gdaki_qp_dev_t *dion__gdaki_qp(const dion_ctx_t *c, int peer)
+{
+    return &c->dev.gdaki->qps[(size_t)c->index * (size_t)c->dev.nranks + (size_t)peer];
+}
+
+DION_HD const uint64_t *dion__gdaki_abort_word(const dion_ctx_t *c)
+{
+    return dion__ctl_word(&c->dev, c->dev.signals, DION_CTL_ABORT);
+}
+
+/* An error record for a gdaki failure: a QP error (the syndrome), a QP failed by a stall, or a wait that
+ * timed out. Aborts and failed peers are reported by the abort words already. */
+DION_HD void dion__gdaki_error(const dion_ctx_t *c, const dion_gdaki_qp_dev_t *q, dion_status_t st,
+                               dion_op_t op, int peer, uint64_t seen)
+{
+    if (st == DION_SUCCESS) return;
+    uint64_t qerr = q ? dion__ld_relaxed(&q->st->err, DION__GDAKI_SSCOPE) : 0;
+    if (!qerr && (st == DION_ERR_ABORTED || st == DION_ERR_PEER_FAILED)) return;
+    dion__err_t e = dion__err(st, op, peer);
+    e.detail = DION_ERR_DETAIL_GDAKI;
+    e.expected = q ? q->qpn : 0;
+    e.observed = seen;
+    e.limit = c->dev.wait_timeout_ns;
+    if (qerr) {
+        e.offset = dion__ld_acquire(&q->st->err_info, DION__GDAKI_SSCOPE);
+        e.cmp = e.offset ? DION_GDAKI_REC_CQE : DION_GDAKI_REC_STALL;
+    } else {
+        e.cmp = DION_GDAKI_REC_TIMEOUT;
+    }
+    dion__record(c, e);
+}
+
+/* The key of rank's part of window w, or NULL (recorded) when the NIC has no registration for it. */
+DION_HD const dion_gdaki_key_t *dion__gdaki_key(const dion_ctx_t *c, dion_dwin_t w, int rank, dion_op_t op,
+                                                int peer)
+{
+    const dion_gdaki_dev_t *g = c->dev.gdaki;
+    const dion_gdaki_key_t *k =
+        &g->keys[(size_t)(w->id & (DION_GDAKI_KEY_ROWS - 1u)) * g->nranks + (size_t)rank];
+    if (k->tag == w->id + 1u) return k;
+    dion__err_t e = dion__err(DION_ERR_INVALID_ARG, op, peer);
+    e.detail = DION_ERR_DETAIL_GDAKI;
+    e.cmp = DION_GDAKI_REC_KEY;
+    e.observed = w->id;
+    dion__record(c, e);
+    return NULL;
+}
+
+/* A signal work request: ADD is an atomic fetch-add, SET a masked compare-swap that always swaps (both go
+ * through the NIC's atomic unit, so a SET and another rank's ADD on one word never lose each other). */
+DION_HD dion__gdaki_wr_t dion__gdaki_wr_signal(const dion_ctx_t *c, int peer, uint32_t sig, uint32_t op,
+                                               uint64_t value)
+{
+    const dion_gdaki_key_t *k = &c->dev.gdaki->sig_keys[peer];
+    dion__gdaki_wr_t w;
+    memset(&w, 0, sizeof w);
+    w.kind = (op & 1u) ? DION__GDAKI_WR_FETCH_ADD : DION__GDAKI_WR_SET;
+    w.raddr = k->addr + (uint64_t)sig * 8u;
+    w.rkey = k->key;
+    w.operand = value;
+    return w;
+}
+
+/* put, put_signal and get by the group's leader, after the group's stores: one WRITE (inline when small) or
+ * READ per GiB, then the signal in the same post as the last piece. A get waits for its READ's completion
+ * (the data is in dst when get returns, as on p2p).
+ * A counted put (counter != DION__NO_COUNTER) adds 1 to the context's counter word (the one p2p uses,
+ * device/counter.cuh) once the NIC no longer reads the source: at once when every piece was inline (copied
+ * into the WQE at post), else after the CQE of its last WQE, which the leader asks for and waits for (CQEs of
+ * one QP come in order, so the earlier pieces are read too). The wait makes a counted DMA put blocking on
+ * gdaki; it counts neither early nor twice, and in call order. A failed put counts nothing; its QP's error
+ * ends dion_counter_wait (dion__lcount_wait). */
+DION__GDAKI_PATH void dion__gdaki_rma_group(dion_ctx_t c, dion__group_t g, int is_get, dion_op_t op, int peer,
+                                            dion_dwin_t dst, size_t dst_off, dion_dwin_t src, size_t src_off,
+                                            size_t bytes, int with_sig, uint32_t sig, dion_sig_op_t sop,
+                                            uint64_t value, uint32_t counter, uint64_t t0)
+{
+    dion__group_sync(g);
+    if (dion__group_rank(g) != 0) return;
+    const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(&c, peer);
+    int me = c.dev.rank;
+    dion_dwin_t rwin = is_get ? src : dst, lwin = is_get ? dst : src;
+    uint64_t roff = is_get ? src_off : dst_off, loff = is_get ? dst_off : src_off;
+    const dion_gdaki_key_t *rk = bytes ? dion__gdaki_key(&c, rwin, peer, op, peer) : NULL;
+    const dion_gdaki_key_t *lk = bytes && rk ? dion__gdaki_key(&c, lwin, me, op, peer) : NULL;
+    dion_status_t st = DION_SUCCESS;
+    uint64_t at = 0, seen = 0, done = 0;
+    int counted = !is_get && counter != DION__NO_COUNTER, dma = 0;
+    if (bytes && !lk) return;
+    do {
+        uint64_t n = bytes - done > DION__GDAKI_MAX_MSG ? DION__GDAKI_MAX_MSG : bytes - done;
+        dion__gdaki_wr_t w[2];
+        uint32_t nw = 0;
+        memset(w, 0, sizeof w);
+        if (n) {
+            w[0].len = (uint32_t)n;
+            w[0].raddr = rk->addr + roff + done;
+            w[0].rkey = rk->key;
+            if (!is_get && n <= DION__GDAKI_INLINE_MAX && n <= q->max_inline) {
+                w[0].kind = DION__GDAKI_WR_WRITE_INLINE;
+                w[0].inl = dion__win_base(&c.dev, src, me) + src_off + done;
+            } else {
+                w[0].kind = is_get ? DION__GDAKI_WR_READ : DION__GDAKI_WR_WRITE;
+                w[0].laddr = lk->addr + loff + done;
+                w[0].lkey = lk->key;
+                dma = 1;
+            }
+            w[0].cqe = (uint32_t)is_get;
+            nw = 1;
+        }
+        done += n;
+        if (with_sig && done == bytes) w[nw++] = dion__gdaki_wr_signal(&c, peer, sig, (uint32_t)sop, value);
+        if (counted && dma && done == bytes) w[nw - 1].cqe = 1; /* the counted put's last WQE reports */
+        if (nw) st = dion__gdaki_post(q, w, nw, dion__gdaki_abort_word(&c), c.dev.wait_timeout_ns, &at);
+    } while (st == DION_SUCCESS && done < bytes);
+    if (st == DION_SUCCESS && ((is_get && bytes) || (counted && dma)))
+        st = dion__gdaki_wait_cons(q, at + 1, dion__gdaki_abort_word(&c), c.dev.wait_timeout_ns, &seen);
+    if (st == DION_SUCCESS && counted) dion__lcount_add(&c, counter);
+    dion__gdaki_error(&c, q, st, op, peer, seen);
+    if (is_get) {
+        DION__STAT(&c, gets, 1);
+        DION__STAT(&c, get_bytes, bytes);
+    } else {
+        DION__STAT(&c, puts, 1);
+        DION__STAT(&c, put_bytes, bytes);
+        if (with_sig) DION__STAT(&c, signals, 1);
+    }
+    DION__TRACE(&c, t0, op, peer, sig, bytes, value, 0, (uint32_t)sop, st);
+}
+
+/* fetch-add and compare-swap: one signaled atomic, waited for; the old value from the QP's scratch word. */
+DION__GDAKI_PATH uint64_t dion__gdaki_amo(const dion_ctx_t *c, int cas, dion_op_t op, dion_dwin_t w, int peer,
+                                          size_t off, uint64_t operand, uint64_t compare)
+{
+    const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(c, peer);
+    const dion_gdaki_key_t *k = dion__gdaki_key(c, w, peer, op, peer);
+    if (!k) return 0;
+    dion__gdaki_wr_t r;
+    memset(&r, 0, sizeof r);
+    r.kind = cas ? DION__GDAKI_WR_CSWAP : DION__GDAKI_WR_FETCH_ADD;
+    r.raddr = k->addr + off;
+    r.rkey = k->key;
+    r.operand = operand;
+    r.compare = compare;
+    r.cqe = 1;
+    uint64_t at = 0, seen = 0;
+    dion_status_t st = dion__gdaki_post(q, &r, 1, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &at);
+    if (st == DION_SUCCESS)
+        st = dion__gdaki_wait_cons(q, at + 1, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &seen);
+    dion__gdaki_error(c, q, st, op, peer, seen);
+    return st == DION_SUCCESS ? dion__gdaki_result(q, at) : 0;
+}
+
+/* signal (and barrier arrivals). */
+DION__GDAKI_PATH void dion__gdaki_signal(const dion_ctx_t *c, int peer, uint32_t sig, uint32_t op,
+                                         uint64_t value, dion_op_t what)
+{
+    const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(c, peer);
+    dion__gdaki_wr_t w = dion__gdaki_wr_signal(c, peer, sig, op, value);
+    dion_status_t st = dion__gdaki_post(q, &w, 1, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, NULL);
+    dion__gdaki_error(c, q, st, what, peer, 0);
+    if (what == DION_OP_SIGNAL) {
+        DION__STAT(c, signals, 1);
+        DION__TRACE(c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, op, st);
+    }
+}
+
+/* fence: the next WQE of every QP of the context carries the NIC's fence flag. */
+DION__GDAKI_PATH void dion__gdaki_ctx_fence(const dion_ctx_t *c)
+{
+    for (int p = 0; p < c->dev.nranks; p++) {
+        const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(c, p);
+        if ((q->flags & DION_GDAKI_QP_UP) && dion__ld_relaxed(&q->st->last_wqe, DION__GDAKI_SSCOPE))
+            dion__st_relaxed(&q->st->fence, 1, DION__GDAKI_SSCOPE);
+    }
+}
+
+/* quiet: every QP of the context drained; the first failure is returned (each is recorded). */
+DION__GDAKI_PATH dion_status_t dion__gdaki_ctx_quiet(const dion_ctx_t *c, dion_op_t op)
+{
+    dion_status_t first = DION_SUCCESS;
+    for (int p = 0; p < c->dev.nranks; p++) {
+        const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(c, p);
+        if (!(q->flags & DION_GDAKI_QP_UP)) continue;
+        uint64_t seen = 0;
+        dion_status_t st = dion__gdaki_quiet(q, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &seen);
+        dion__gdaki_error(c, q, st, op, p, seen);
+        if (first == DION_SUCCESS) first = st;
+    }
+    return first;
+}
+#endif
+
 /* ---- contexts ---- */
 
 /** A context: an ordered lane of operations; different blocks usually take different contexts.
@@ -247,6 +460,13 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
         if (r == 0)
             dion__proxy_rma_lead(&c, DION_PROXY_OP_PUT, DION_OP_PUT, peer, dst, dst_off, src, src_off, bytes,
                                  0, DION_SIG_SET, 0, counter, t0);
+        return;
+    }
+#endif
+#if DION__HAS_GDAKI
+    if (dion__is_gdaki(&c, peer)) {
+        dion__gdaki_rma_group(c, g, 0, DION_OP_PUT, peer, dst, dst_off, src, src_off, bytes, 0, 0,
+                              DION_SIG_SET, 0, counter, t0);
         return;
     }
 #endif
@@ -364,6 +584,13 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
         return;
     }
 #endif
+#if DION__HAS_GDAKI
+    if (dion__is_gdaki(&c, peer)) {
+        dion__gdaki_rma_group(c, g, 0, DION_OP_PUT_SIGNAL, peer, dst, dst_off, src, src_off, bytes, 1, sig,
+                              op, value, counter, t0);
+        return;
+    }
+#endif
     dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
     /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
     dion__group_sync(g);
@@ -469,6 +696,12 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
         return;
     }
 #endif
+#if DION__HAS_GDAKI
+    if (dion__is_gdaki(&c, peer)) {
+        dion__gdaki_signal(&c, peer, sig, (uint32_t)op, value, DION_OP_SIGNAL);
+        return;
+    }
+#endif
     /* Signal tables live in device memory (or shared memory in CPU mode): the peer's scope is enough. */
     dion__p2p_signal(&c, peer, sig, op, value, dion__peer_scope(&c.dev, peer) | dion__dev_scope(&c.dev));
     DION__STAT(&c, signals, 1);
@@ -566,6 +799,9 @@ DION_HD void dion_fence(dion_ctx_t c)
     if (DION__COLD(c.dev.flags & DION_DEVF_PROXY))
         dion__proxy_ctx_order(&c, DION_PROXY_OP_FENCE, DION_OP_FENCE);
 #endif
+#if DION__HAS_GDAKI
+    if (c.dev.flags & DION_DEVF_GDAKI) dion__gdaki_ctx_fence(&c);
+#endif
     DION__STAT(&c, fences, 1);
     DION__TRACE(&c, t0, DION_OP_FENCE, -1, 0, 0, 0, 0, 0, DION_SUCCESS);
 }
@@ -586,6 +822,12 @@ DION_HD dion_status_t dion_quiet(dion_ctx_t c)
     if (DION__COLD(c.dev.flags & DION_DEVF_PROXY)) {
         dion_status_t pst = dion__proxy_ctx_order(&c, DION_PROXY_OP_QUIET, DION_OP_QUIET);
         if (!ab && pst) ab = (uint64_t)pst;
+    }
+#endif
+#if DION__HAS_GDAKI
+    if (c.dev.flags & DION_DEVF_GDAKI) {
+        dion_status_t gst = dion__gdaki_ctx_quiet(&c, DION_OP_QUIET);
+        if (!ab && gst) ab = (uint64_t)gst;
     }
 #endif
     DION__STAT(&c, quiets, 1);
@@ -624,6 +866,12 @@ DION_HD dion_status_t dion_barrier(dion_ctx_t c)
             continue;
         }
 #endif
+#if DION__HAS_GDAKI
+        if (dion__is_gdaki(&c, p)) {
+            dion__gdaki_signal(&c, p, word, DION_SIG_ADD, 1, DION_OP_BARRIER);
+            continue;
+        }
+#endif
         dion__red_add_release(dion__peer_signals(d, p) + word, 1,
                               dion__peer_scope(d, p) | dion__dev_scope(d));
     }
@@ -655,6 +903,13 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
             dion__proxy_rma_lead(&c, DION_PROXY_OP_GET, DION_OP_GET, peer, dst, dst_off, src, src_off, bytes,
                                  0, DION_SIG_SET, 0, DION__NO_COUNTER, t0);
         dion__group_sync(g); /* the leader waited for the data: the whole group sees it */
+        return;
+    }
+#endif
+#if DION__HAS_GDAKI
+    if (dion__is_gdaki(&c, peer)) {
+        dion__gdaki_rma_group(c, g, 1, DION_OP_GET, peer, dst, dst_off, src, src_off, bytes, 0, 0,
+                              DION_SIG_SET, 0, DION__NO_COUNTER, t0);
         return;
     }
 #endif
@@ -719,6 +974,13 @@ DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, 
         return o;
     }
 #endif
+#if DION__HAS_GDAKI
+    if (dion__is_gdaki(&c, peer)) {
+        uint64_t o = dion__gdaki_amo(&c, 0, DION_OP_FETCH_ADD, win, peer, off, value, 0);
+        DION__TRACE(&c, t0, DION_OP_FETCH_ADD, peer, 0, 8, value, o, 0, DION_SUCCESS);
+        return o;
+    }
+#endif
     uint64_t old = dion__p2p_fetch_add(&c.dev, win, peer, off, value, dion__p2p_scope(&c, peer, win));
     DION__TRACE(&c, t0, DION_OP_FETCH_ADD, peer, 0, 8, value, old, 0, DION_SUCCESS);
     return old;
@@ -738,6 +1000,13 @@ DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int pee
     if (dion__proxy_amo_route(&c, peer)) {
         uint64_t o = dion__proxy_amo(&c, DION_PROXY_OP_COMPARE_SWAP, DION_OP_COMPARE_SWAP, win, peer, off,
                                      expected, desired);
+        DION__TRACE(&c, t0, DION_OP_COMPARE_SWAP, peer, 0, 8, desired, o, 0, DION_SUCCESS);
+        return o;
+    }
+#endif
+#if DION__HAS_GDAKI
+    if (dion__is_gdaki(&c, peer)) {
+        uint64_t o = dion__gdaki_amo(&c, 1, DION_OP_COMPARE_SWAP, win, peer, off, desired, expected);
         DION__TRACE(&c, t0, DION_OP_COMPARE_SWAP, peer, 0, 8, desired, o, 0, DION_SUCCESS);
         return o;
     }

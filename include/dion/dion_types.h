@@ -106,8 +106,10 @@ typedef enum {
     DION_TRANSPORT_NONE = 0,
     DION_TRANSPORT_SELF,
     DION_TRANSPORT_P2P,
-    DION_TRANSPORT_PROXY /**< commands into the context's ring, executed by a proxy thread (device/proxy.cuh)
-                          */
+    DION_TRANSPORT_PROXY, /**< commands into the context's ring, executed by a proxy thread (device/proxy.cuh)
+                           */
+    DION_TRANSPORT_GDAKI  /**< mlx5 work requests that device code posts to the NIC itself (device/gdaki.cuh)
+                           */
 } dion_transport_t;
 
 /** Memory scope a peer needs for ordering: GPU when both ends are threads of one device, SYS otherwise. */
@@ -185,6 +187,14 @@ typedef struct {
 #define DION_ERR_DETAIL_CTX     1 /**< the context index (observed) is not below num_contexts (expected) */
 #define DION_ERR_DETAIL_PROXY   2 /**< the context's proxy ring timed out (limit: the timeout) or failed */
 #define DION_ERR_DETAIL_COUNTER 3 /**< the local counter index (sig) is not below DION_NUM_COUNTERS */
+/** gdaki: a QP failed or a wait on it timed out; expected: the QP number, offset: the error completion's
+ * syndrome [7:0], vendor syndrome [15:8], WQE opcode [23:16] and WQE index [47:32]; cmp: DION_GDAKI_REC_* */
+#define DION_ERR_DETAIL_GDAKI  4
+#define DION_GDAKI_REC_TIMEOUT 0 /**< a wait for completions timed out (limit: the timeout) */
+#define DION_GDAKI_REC_CQE     1 /**< the NIC reported an error completion (offset: its syndrome) */
+#define DION_GDAKI_REC_STALL                                                                                 \
+    2                        /**< the QP was failed: a thread could not get ring slots or its turn in time */
+#define DION_GDAKI_REC_KEY 3 /**< a window the NIC has no registration for (observed: its id) */
 
 /* Written by device code, read by the host: lives in host-mapped memory. Each slot has a claim word in the
  * signal table (device memory), so no atomics touch host memory: a writer takes a free slot, the host frees
@@ -225,6 +235,7 @@ struct dion_dev_trace {
 #define DION_DEVF_SYS   0x8u  /* fences need system scope: a peer on another GPU, or host windows */
 #define DION_DEVF_TRACE 0x10u /* DION_TRACE is set: device calls record events (device/trace.cuh) */
 #define DION_DEVF_PROXY 0x20u /* some peer is served by the proxy: proxy_rings is set */
+#define DION_DEVF_GDAKI 0x40u /* some peer is served by gdaki: gdaki is set */
 
 /* Words at the tail of every signal table, after the user's signals. */
 #define DION_CTL_ABORT       0 /* nonzero: the comm was aborted; holds a dion_status_t */
@@ -276,6 +287,7 @@ typedef struct dion_dev {
     /* [num_contexts][DION_NUM_COUNTERS] local completion counts of the p2p paths (device/counter.cuh); a
      * counter's value adds the context's proxy ring's count where it has one */
     uint64_t *lcount;
+    struct dion_gdaki_dev *gdaki; /* when flags has DION_DEVF_GDAKI, else NULL */
 } dion_dev_t;
 
 /** A context: an ordered lane of operations, obtained with dion_ctx(dev, index). */

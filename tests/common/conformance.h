@@ -1720,12 +1720,11 @@ static int dt_main(int argc, char **argv)
         DT_RUN("counted puts: random sizes and offsets, thread/warp/block, sources overwritten once counted",
                dt_test_counted(win, (char *)base, DT_CNT_ROUNDS, DT_PUT_HALF));
         DT_RUN("counter wait timeout with an error record", dt_test_counter_timeout(win));
-        if (dt_dev.flags & DION_DEVF_PROXY) {
+        if (dt_dev.flags & (DION_DEVF_PROXY | DION_DEVF_GDAKI)) {
             /* packets need whole 8-byte words per store at the target: p2p only (docs/semantics.md) */
             if (dt_rank == 0)
-                printf("SKIP packet puts: peers are served by the proxy backend, which does not carry packet "
-                       "puts "
-                       "(they record DION_ERR_UNSUPPORTED)\n");
+                printf("SKIP packet puts: peers are served by a network backend (proxy or gdaki), which does "
+                       "not carry packet puts (they record DION_ERR_UNSUPPORTED)\n");
         } else {
             DT_RUN(
                 "packet puts: random sizes and offsets, reused slots, wrapping sequences, thread/warp/block, "

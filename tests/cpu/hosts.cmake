@@ -18,3 +18,6 @@ dion_test(NAME hosts_kill_4 COMMAND ${HOSTS_TEST} kill 4 LABELS "host;cpu" TIMEO
 dion_test(NAME hosts_timeout_3 COMMAND ${HOSTS_TEST} timeout 3 LABELS "host;cpu" TIMEOUT 60)
 dion_test(NAME hosts_launcher_killed_3 COMMAND ${HOSTS_TEST} launcher_killed 3 LABELS "host;cpu" TIMEOUT 60)
 dion_test(NAME hosts_noperm COMMAND ${HOSTS_TEST} noperm 2 LABELS "host;cpu" TIMEOUT 30)
+# gdaki over the softnic model between simulated hosts (chosen by itself before the proxy).
+dion_test(NAME hosts_gdaki_3 COMMAND ${HOSTS_TEST} gdaki 3 LABELS "host;cpu" TIMEOUT 240)
+set_tests_properties(hosts_gdaki_3 PROPERTIES RUN_SERIAL TRUE)

@@ -158,6 +158,20 @@ dev)
         names_peer_host "$r" || fail "rank $r logged no sentence naming itself and a peer's host"
     done
     ;;
+gdaki)
+    # Across hosts p2p cannot map the peers; with DION_GDAKI_NIC=softnic gdaki is usable and comes before the
+    # proxy: every peer must be reached through gdaki (the per-peer log line says so), the model must say it
+    # was selected, and the conformance suite must pass.
+    export DION_GDAKI_NIC=softnic DION_OFI_PROVIDER=tcp DT_STREAM_COUNT=300 DION_LOG=info
+    run -n "$N" --hosts --timeout 200 "$CONF" all
+    [ "$rc" -eq 0 ] || fail "the conformance suite over gdaki across $N hosts exited with $rc"
+    for ((r = 0; r < N; r++)); do
+        has "$ERR" "^dion\[dion-host-$r:$r\] .*softnic model selected" || fail "rank $r did not log the softnic model"
+        [ "$(grep -cE "^dion\[dion-host-$r:$r\] .*rank $r reaches rank [0-9]+ \(host dion-host-[0-9]+\) through gdaki" "$ERR")" -eq $((N - 1)) ] ||
+            fail "rank $r does not reach all $((N - 1)) peers through gdaki"
+    done
+    echo "PASS: conformance suite over gdaki (softnic model) across $N hosts"
+    ;;
 p2p_forced)
     # The conformance runner across hosts with p2p forced: it must fail by rank, quickly, never hang.
     export DION_TRANSPORT=p2p

@@ -9,3 +9,8 @@ else()
   dion_test(NAME unit_mlx5 COMMAND sh -c "echo 'infiniband/mlx5dv.h not found: install libibverbs-dev'; exit 77"
             LABELS host)
 endif()
+# The softnic model's reader of doorbells and WQEs (transports/gdaki/softnic/wqe_check.c): what DION's builders
+# write reads back, and every invariant a byte can break fails with its syndrome and sentence.
+add_executable(test_softnic ${CMAKE_CURRENT_SOURCE_DIR}/test_softnic.c)
+target_link_libraries(test_softnic PRIVATE dion_internal)
+dion_test(NAME unit_softnic COMMAND test_softnic LABELS host TIMEOUT 60)

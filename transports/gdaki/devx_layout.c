@@ -39,6 +39,7 @@ static const dion__devx_field_t dion__devx_create_qp[] = {
     F("qpc.log_rq_stride", 0x10d, 3),
     F("qpc.no_sq", 0x110, 1),
     F("qpc.log_sq_size", 0x111, 4),
+    F("qpc.ts_format", 0x118, 2),
     F("qpc.uar_page", 0x128, 24),
     F("qpc.user_index", 0x148, 24),
     F("qpc.log_page_size", 0x163, 5),
@@ -126,6 +127,43 @@ static const dion__devx_field_t dion__devx_create_qp_out[] = {
     F("qpn", 0x48, 24),
 };
 
+static const dion__devx_field_t dion__devx_query_hca_cap[] = {
+    F("opcode", 0x0, 16),
+    F("uid", 0x10, 16),
+    F("op_mod", 0x30, 16),
+};
+
+/* The capability union starts at bit 0x80; offsets below are 0x80 plus the field's offset in
+ * cmd_hca_cap / atomic_caps (rdma-core mlx5_ifc.h @691953d8d). */
+static const dion__devx_field_t dion__devx_query_hca_cap_out[] = {
+    F("status", 0x0, 8),
+    F("syndrome", 0x20, 32),
+    F("capability.cmd_hca_cap.log_max_qp_sz", 0x108, 8),
+    F("capability.cmd_hca_cap.log_max_cq_sz", 0x148, 8),
+    F("capability.cmd_hca_cap.port_type", 0x236, 2),
+    F("capability.cmd_hca_cap.log_max_msg", 0x243, 5),
+    F("capability.cmd_hca_cap.cqe_version", 0x27c, 4),
+    F("capability.cmd_hca_cap.roce", 0x29d, 1),
+    F("capability.cmd_hca_cap.atomic", 0x29e, 1),
+    F("capability.cmd_hca_cap.log_bf_reg_size", 0x2eb, 5),
+    F("capability.cmd_hca_cap.max_wqe_sz_sq", 0x310, 16),
+    F("capability.cmd_hca_cap.sq_ts_format", 0x4c0, 2),
+};
+
+static const dion__devx_field_t dion__devx_query_atomic_cap_out[] = {
+    F("status", 0x0, 8),
+    F("syndrome", 0x20, 32),
+    F("capability.atomic_caps.atomic_req_8B_endianness_mode", 0xc0, 2),
+    F("capability.atomic_caps.supported_atomic_req_8B_endianness_mode_1", 0xc6, 1),
+    F("capability.atomic_caps.atomic_operations", 0x110, 16),
+    F("capability.atomic_caps.atomic_size_qp", 0x130, 16),
+};
+
+static const dion__devx_field_t dion__devx_cmd_out[] = {
+    F("status", 0x0, 8),
+    F("syndrome", 0x20, 32),
+};
+
 #define L(cmd, op, bytes)                                                                                    \
     {                                                                                                        \
 #cmd, op, bytes, dion__devx_##cmd, sizeof dion__devx_##cmd / sizeof dion__devx_##cmd[0]              \
@@ -138,6 +176,10 @@ static const dion__devx_layout_t dion__devx_layouts[DION__DEVX_NLAYOUTS] = {
     [DION__DEVX_RTR2RTS_QP] = L(rtr2rts_qp, 0x504, 272),
     [DION__DEVX_CREATE_CQ_OUT] = L(create_cq_out, 0, 16),
     [DION__DEVX_CREATE_QP_OUT] = L(create_qp_out, 0, 16),
+    [DION__DEVX_QUERY_HCA_CAP] = L(query_hca_cap, 0x100, 16),
+    [DION__DEVX_QUERY_HCA_CAP_OUT] = L(query_hca_cap_out, 0, 16 + 4096),
+    [DION__DEVX_QUERY_ATOMIC_CAP_OUT] = L(query_atomic_cap_out, 0, 16 + 4096),
+    [DION__DEVX_CMD_OUT] = L(cmd_out, 0, 16),
 };
 
 const dion__devx_layout_t *dion__devx_layout(dion__devx_cmd_t cmd)

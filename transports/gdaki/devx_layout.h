@@ -23,6 +23,10 @@ typedef enum {
     DION__DEVX_RTR2RTS_QP,
     DION__DEVX_CREATE_CQ_OUT,
     DION__DEVX_CREATE_QP_OUT,
+    DION__DEVX_QUERY_HCA_CAP,        /* op_mod = (cap type << 1) | current */
+    DION__DEVX_QUERY_HCA_CAP_OUT,    /* op_mod's cap type 0: the general device caps */
+    DION__DEVX_QUERY_ATOMIC_CAP_OUT, /* cap type 3: the atomic caps, in the same output mailbox */
+    DION__DEVX_CMD_OUT,              /* status and syndrome: every command's output starts with them */
     DION__DEVX_NLAYOUTS
 } dion__devx_cmd_t;
 
@@ -45,6 +49,13 @@ typedef struct {
 #define DION__DEVX_QP_PM_MIGRATED    0x3u
 #define DION__DEVX_QP_ATOMIC_UP_TO_8 0x3u /* qpc.atomic_mode: atomics up to 64 bits */
 #define DION__DEVX_CQE_SZ_64         0x0u
+#define DION__DEVX_QP_RQ_ZERO_LEN    0x3u /* qpc.rq_type: no receive queue */
+#define DION__DEVX_TS_DEFAULT        0x1u /* qpc.ts_format */
+#define DION__DEVX_TS_REAL_TIME      0x2u
+#define DION__DEVX_CAP_GENERAL       0x0u /* QUERY_HCA_CAP op_mod cap types */
+#define DION__DEVX_CAP_ATOMIC        0x3u
+#define DION__DEVX_PORT_TYPE_IB      0x0u /* capability.cmd_hca_cap.port_type */
+#define DION__DEVX_PORT_TYPE_ETH     0x1u
 
 const dion__devx_layout_t *dion__devx_layout(dion__devx_cmd_t cmd);
 const dion__devx_field_t *dion__devx_field(dion__devx_cmd_t cmd, const char *name);

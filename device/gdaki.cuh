@@ -1,0 +1,362 @@
+/* The gdaki backend's device half: GPU threads (CPU threads in CPU mode) write mlx5 WQEs into the QP of
+ * (context, peer), publish them with the doorbell record and the doorbell, and poll the collapsed CQ. The NIC
+ * is a ConnectX through DEVX or the softnic model (transports/gdaki/softnic/); device code cannot tell them
+ * apart. Descriptors: device/gdaki_proto.cuh; WQE and CQE bytes: device/mlx5.cuh; protocol: docs/gdaki.md.
+ *
+ * Posting (one work request or two per calling thread):
+ *  1. reserve: the lanes of a warp that call together take their WQEBBs with one atomic (dion__mlx5_reserve);
+ *  2. the group's leader waits until the NIC has completed what used those slots one lap ago (polling the
+ * CQ);
+ *  3. every lane builds its own WQEs in parallel;
+ *  4. the leader fences, waits for its turn (ready_head == its base: publication in reservation order), then
+ *     writes the doorbell record and rings the doorbell once for the whole group, and moves ready_head on.
+ * Completions are selective: a WQE asks for a CQE only when its caller waits for it (get, fetching atomics,
+ * quiet's NOP) or when it covers a multiple of a quarter ring (so that slot reuse never waits on a WQE that
+ * nobody will report). The CQ is collapsed: the NIC writes every CQE to entry 0, and the WQE index there is
+ * the completion watermark. dion_fence sets the NIC's fence flag on the next WQE of each QP of the context;
+ * quiet polls the CQ (posting a signaled NOP when the latest WQE asked for no CQE). An error CQE latches the
+ * QP's error (status and decoded syndrome); every later wait returns it and the caller writes an error record
+ * naming the QP, the peer and the syndrome. Every wait has the handle's timeout. */
+#ifndef DION_DEVICE_GDAKI_CUH
+#define DION_DEVICE_GDAKI_CUH
+
+#include "dion/device/arch.cuh"
+#include "dion/device/gdaki_proto.cuh"
+#include "dion/device/mlx5.cuh"
+
+/* Largest transfer one WQE carries (DOCA splits at 1 GiB; byte_count's bit 31 is the inline flag). */
+#define DION__GDAKI_MAX_MSG (1ull << 30)
+/* Inline WRITE up to this many bytes (and the QP's max_inline): the WQE stays one WQEBB. */
+#define DION__GDAKI_INLINE_MAX 28u
+
+/* Work request kinds. */
+enum {
+    DION__GDAKI_WR_WRITE = 0,
+    DION__GDAKI_WR_WRITE_INLINE,
+    DION__GDAKI_WR_READ,
+    DION__GDAKI_WR_FETCH_ADD, /* also signal ADD */
+    DION__GDAKI_WR_SET,       /* signal SET: masked compare-swap that always swaps */
+    DION__GDAKI_WR_CSWAP,
+    DION__GDAKI_WR_NOP
+};
+
+typedef struct {
+    uint32_t kind;
+    uint32_t len; /* WRITE / READ / inline bytes */
+    uint64_t raddr;
+    uint32_t rkey;
+    uint32_t lkey;
+    uint64_t laddr;
+    const void *inl;  /* inline payload */
+    uint64_t operand; /* add / swap / SET value */
+    uint64_t compare; /* CSWAP */
+    uint32_t cqe;     /* the caller waits for this WQE: ask for a CQE */
+} dion__gdaki_wr_t;
+
+/* ---- memory helpers the 64-bit ones of arch.cuh lack ---- */
+
+DION_HD uint32_t dion__gdaki_ld32(const void *p, uint32_t scope)
+{
+#if DION__GPU
+    uint32_t v;
+    if (scope == DION_SCOPE_GPU)
+        asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    else
+        asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+#else
+    (void)scope;
+    return __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED);
+#endif
+}
+
+DION_HD void dion__gdaki_st32(uint32_t *p, uint32_t v, uint32_t scope)
+{
+#if DION__GPU
+    if (scope == DION_SCOPE_GPU)
+        asm volatile("st.relaxed.gpu.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+    else
+        asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+    (void)scope;
+    __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+DION_HD void dion__gdaki_atom_max(uint64_t *p, uint64_t v, uint32_t scope)
+{
+    uint64_t cur = dion__ld_relaxed(p, scope);
+    while (cur < v) {
+        uint64_t seen = dion__atom_cas(p, cur, v, scope);
+        if (seen == cur) break;
+        cur = seen;
+    }
+}
+
+/* Scope of the queue memory the NIC reads and writes; the counters stay in the posting threads' memory. */
+DION_HD uint32_t dion__gdaki_qscope(const dion_gdaki_qp_dev_t *q)
+{
+    return (q->flags & DION_GDAKI_QP_HOSTMEM) ? DION_SCOPE_SYS : DION_SCOPE_GPU;
+}
+
+#define DION__GDAKI_SSCOPE DION_SCOPE_GPU
+
+/* Latches the QP's first error: status s with err_info (syndrome...). */
+DION_HD void dion__gdaki_fail(const dion_gdaki_qp_dev_t *q, dion_status_t s, uint64_t info)
+{
+    if (dion__atom_cas(&q->st->err, 0, (uint64_t)s, DION__GDAKI_SSCOPE) == 0)
+        dion__st_release(&q->st->err_info, info, DION__GDAKI_SSCOPE);
+}
+
+/* ---- completions ---- */
+
+/* Reads the collapsed CQE and moves cons_idx on (or latches the error it reports). Returns cons_idx. */
+DION_HD uint64_t dion__gdaki_poll_cq(const dion_gdaki_qp_dev_t *q)
+{
+    dion_gdaki_qp_state_t *st = q->st;
+    uint32_t qs = dion__gdaki_qscope(q);
+    /* one load of 0x3C..0x3F: wqe_counter and op_own of the same write */
+    dion__mlx5_cqe_tail_t t = dion__mlx5_cqe_tail(dion__gdaki_ld32(q->cq + 0x3C, qs));
+    uint32_t op = dion__mlx5_cqe_opcode(t.op_own);
+    if (op == DION__MLX5_CQE_INVALID) return dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE);
+    dion__fence(qs); /* acquire: the CQE's other bytes, and a READ's or atomic's data, after its tail */
+    if (op == DION__MLX5_CQE_REQ_ERR || op == DION__MLX5_CQE_RESP_ERR) {
+        uint8_t cqe[64];
+        for (int i = 0; i < 64; i += 4) {
+            uint32_t w = dion__gdaki_ld32(q->cq + i, qs);
+            memcpy(cqe + i, &w, 4);
+        }
+        dion__mlx5_cqe_info_t e = dion__mlx5_cqe_decode(cqe);
+        dion_status_t s = dion__mlx5_syndrome_status(e.syndrome, NULL);
+        dion__gdaki_fail(q, s,
+                         (uint64_t)e.syndrome | ((uint64_t)e.vendor_syndrome << 8) |
+                             ((uint64_t)e.wqe_opcode << 16) | ((uint64_t)e.wqe_counter << 32));
+        return dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE);
+    }
+    /* lift the 16-bit index below ready_head: fewer than 32768 WQEBBs are ever outstanding */
+    uint64_t ready = dion__ld_acquire(&st->ready_head, DION__GDAKI_SSCOPE);
+    uint16_t lo = (uint16_t)(t.wqe_counter + 1u);
+    uint64_t c = ready - (uint16_t)((uint16_t)ready - lo);
+    dion__gdaki_atom_max(&st->cons_idx, c, DION__GDAKI_SSCOPE);
+    return dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE);
+}
+
+/* Polls until cons_idx >= target, the QP failed, the comm was aborted (abort_word), or timeout_ns passed (0:
+ * never). *seen gets the last cons_idx. */
+DION_HD dion_status_t dion__gdaki_wait_cons(const dion_gdaki_qp_dev_t *q, uint64_t target,
+                                            const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *seen)
+{
+    uint64_t start = 0, c = 0;
+    for (uint32_t polls = 0;; polls++) {
+        c = dion__gdaki_poll_cq(q);
+        if (c >= target) break;
+        uint64_t e = dion__ld_relaxed(&q->st->err, DION__GDAKI_SSCOPE);
+        if (e) {
+            *seen = c;
+            return (dion_status_t)e;
+        }
+        if ((polls & 127) == 127) {
+            uint64_t ab = abort_word ? dion__ld_relaxed(abort_word, DION_SCOPE_SYS) : 0;
+            if (ab) {
+                *seen = c;
+                return (dion_status_t)ab;
+            }
+            uint64_t now = dion__time_ns();
+            if (start == 0) start = now;
+            if (timeout_ns && now - start > timeout_ns) {
+                *seen = c;
+                return DION_ERR_TIMEOUT;
+            }
+        }
+        dion__backoff(polls + 1);
+    }
+    *seen = c;
+    return DION_SUCCESS;
+}
+
+/* Polls until *word == target (ready_head: this group's turn to publish), with the same exits. */
+DION_HD dion_status_t dion__gdaki_wait_turn(const dion_gdaki_qp_dev_t *q, uint64_t target,
+                                            const uint64_t *abort_word, uint64_t timeout_ns)
+{
+    uint64_t start = 0;
+    for (uint32_t polls = 0; dion__ld_acquire(&q->st->ready_head, DION__GDAKI_SSCOPE) != target; polls++) {
+        uint64_t e = dion__ld_relaxed(&q->st->err, DION__GDAKI_SSCOPE);
+        if (e) return (dion_status_t)e;
+        if ((polls & 127) == 127) {
+            uint64_t ab = abort_word ? dion__ld_relaxed(abort_word, DION_SCOPE_SYS) : 0;
+            if (ab) return (dion_status_t)ab;
+            uint64_t now = dion__time_ns();
+            if (start == 0) start = now;
+            if (timeout_ns && now - start > timeout_ns) return DION_ERR_TIMEOUT;
+        }
+        dion__backoff(polls + 1);
+    }
+    return DION_SUCCESS;
+}
+
+/* ---- building ---- */
+
+DION_HD uint32_t dion__gdaki_wr_wqebbs(const dion__gdaki_wr_t *w)
+{
+    switch (w->kind) {
+    case DION__GDAKI_WR_WRITE_INLINE:
+        return dion__mlx5_wqebbs(dion__mlx5_inline_ds(w->len));
+    case DION__GDAKI_WR_SET:
+        return dion__mlx5_wqebbs(DION__MLX5_DS_MASKED64);
+    default:
+        return 1;
+    }
+}
+
+/* Whether a WQE on [start, start+n) must ask for a CQE so that slot reuse can progress: it covers a multiple
+ * of a quarter ring. */
+DION_HD int dion__gdaki_flow_cqe(const dion_gdaki_qp_dev_t *q, uint64_t start, uint32_t n)
+{
+    uint64_t quarter = ((uint64_t)q->wq_mask + 1) >> 2;
+    uint64_t next = (start + quarter - 1) & ~(quarter - 1); /* first multiple at or after start */
+    return next < start + n;
+}
+
+DION_HD void dion__gdaki_build(const dion_gdaki_qp_dev_t *q, uint64_t pos, const dion__gdaki_wr_t *w,
+                               uint8_t fm_ce_se)
+{
+    dion__mlx5_sq_t sq;
+    sq.buf = q->sq;
+    sq.mask = q->wq_mask;
+    sq.qpn = q->qpn;
+    uint16_t idx = (uint16_t)pos;
+    /* atomics return the old value into the scratch word of their slot: unique while the WQE is outstanding
+     */
+    uint64_t res = q->scratch_addr + (uint64_t)(pos & q->wq_mask) * 8u;
+    switch (w->kind) {
+    case DION__GDAKI_WR_WRITE:
+        dion__mlx5_wqe_write(&sq, idx, fm_ce_se, w->raddr, w->rkey, w->laddr, w->lkey, w->len);
+        break;
+    case DION__GDAKI_WR_WRITE_INLINE:
+        dion__mlx5_wqe_write_inline(&sq, idx, fm_ce_se, w->raddr, w->rkey, w->inl, w->len);
+        break;
+    case DION__GDAKI_WR_READ:
+        dion__mlx5_wqe_read(&sq, idx, fm_ce_se, w->raddr, w->rkey, w->laddr, w->lkey, w->len);
+        break;
+    case DION__GDAKI_WR_FETCH_ADD:
+        dion__mlx5_wqe_fetch_add(&sq, idx, fm_ce_se, w->raddr, w->rkey, w->operand, res, q->scratch_lkey);
+        break;
+    case DION__GDAKI_WR_SET:
+        dion__mlx5_wqe_set(&sq, idx, fm_ce_se, w->raddr, w->rkey, w->operand, res, q->scratch_lkey);
+        break;
+    case DION__GDAKI_WR_CSWAP:
+        dion__mlx5_wqe_compare_swap(&sq, idx, fm_ce_se, w->raddr, w->rkey, w->operand, w->compare, res,
+                                    q->scratch_lkey);
+        break;
+    default:
+        dion__mlx5_wqe_nop(&sq, idx, fm_ce_se);
+        break;
+    }
+}
+
+/* ---- posting ---- */
+
+/* Posts nwr (1 or 2) work requests of the calling thread, in order; on the GPU the lanes that call together
+ * share one reservation, one turn and one doorbell. *start gets the 64-bit start of this thread's last WQE
+ * (it is complete once cons_idx > *start). A failure to get slots or a turn within the timeout fails the QP
+ * (the slots could not be filled, so nothing after them may be published). */
+DION_HD dion_status_t dion__gdaki_post(const dion_gdaki_qp_dev_t *q, const dion__gdaki_wr_t *wr, uint32_t nwr,
+                                       const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *start)
+{
+    dion_gdaki_qp_state_t *st = q->st;
+    uint32_t n0 = dion__gdaki_wr_wqebbs(&wr[0]);
+    uint32_t n1 = nwr > 1 ? dion__gdaki_wr_wqebbs(&wr[1]) : 0;
+    dion__mlx5_resv_t r = dion__mlx5_reserve(&st->resv_head, n0 + n1, DION__GDAKI_SSCOPE);
+    uint64_t nwq = (uint64_t)q->wq_mask + 1;
+    int leader = r.slot == r.base;
+    dion_status_t s = DION_SUCCESS;
+    uint64_t seen = 0;
+    /* 2. the slots are free once the WQEs of one lap ago are complete */
+    if (leader) {
+        uint64_t need = r.base + r.total > nwq ? r.base + r.total - nwq : 0;
+        if (dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE) < need)
+            s = dion__gdaki_wait_cons(q, need, abort_word, timeout_ns, &seen);
+        if (s == DION_SUCCESS) s = (dion_status_t)dion__ld_relaxed(&st->err, DION__GDAKI_SSCOPE);
+        if (s != DION_SUCCESS) dion__gdaki_fail(q, s, 0);
+    }
+    uint8_t fence = 0;
+    if (leader && s == DION_SUCCESS && dion__ld_relaxed(&st->fence, DION__GDAKI_SSCOPE) &&
+        dion__atom_cas(&st->fence, 1, 0, DION__GDAKI_SSCOPE) == 1)
+        fence = DION__MLX5_CTRL_FM_FENCE;
+#if DION__GPU
+    uint32_t lead_lane = __ffs(r.group) - 1u;
+    s = (dion_status_t)__shfl_sync(r.group, (int)s, lead_lane);
+#endif
+    if (s != DION_SUCCESS) return s;
+    /* 3. build */
+    uint64_t pos = r.slot, last = r.slot, sig = 0;
+    for (uint32_t i = 0; i < nwr; i++) {
+        uint32_t n = i ? n1 : n0;
+        int cqe = wr[i].cqe || dion__gdaki_flow_cqe(q, pos, n);
+        dion__gdaki_build(q, pos, &wr[i],
+                          (uint8_t)((pos == r.base ? fence : 0) | (cqe ? DION__MLX5_CTRL_CQ_UPDATE : 0)));
+        if (cqe) sig = pos + 1;
+        last = pos;
+        pos += n;
+    }
+    if (start) *start = last;
+    /* 4. publish in order, one doorbell for the group */
+    uint64_t last_rel = last - r.base + 1, sig_rel = sig ? sig - r.base : 0;
+#if DION__GPU
+    last_rel = __reduce_max_sync(r.group, (uint32_t)last_rel);
+    sig_rel = __reduce_max_sync(r.group, (uint32_t)sig_rel);
+    __syncwarp(r.group);
+#endif
+    if (leader) {
+        uint32_t qs = dion__gdaki_qscope(q);
+        uint64_t end = r.base + r.total;
+        dion__fence(qs); /* the group's WQE bytes before the doorbell record (cumulative after the sync) */
+        s = dion__gdaki_wait_turn(q, r.base, abort_word, timeout_ns);
+        if (s == DION_SUCCESS) {
+            dion__st_relaxed(&st->last_wqe, r.base + last_rel, DION__GDAKI_SSCOPE);
+            if (sig_rel) dion__st_relaxed(&st->last_sig, r.base + sig_rel, DION__GDAKI_SSCOPE);
+            dion__gdaki_st32(q->dbrec, dion__mlx5_dbr_sq_value((uint16_t)end), qs);
+            dion__fence(qs); /* the record before the doorbell */
+            dion__st_release(q->db, dion__mlx5_db_value((uint16_t)end, q->qpn), DION_SCOPE_SYS);
+            dion__st_release(&st->ready_head, end, DION__GDAKI_SSCOPE);
+        } else {
+            dion__gdaki_fail(q, s, 0);
+        }
+    }
+#if DION__GPU
+    s = (dion_status_t)__shfl_sync(r.group, (int)s, lead_lane);
+#endif
+    return s;
+}
+
+/* Everything posted to q before this call is complete (a signaled NOP closes the batch when the latest WQE
+ * asked for no CQE). */
+DION_HD dion_status_t dion__gdaki_quiet(const dion_gdaki_qp_dev_t *q, const uint64_t *abort_word,
+                                        uint64_t timeout_ns, uint64_t *seen)
+{
+    dion_gdaki_qp_state_t *st = q->st;
+    uint64_t e = dion__ld_relaxed(&st->err, DION__GDAKI_SSCOPE);
+    if (e) return (dion_status_t)e;
+    uint64_t last = dion__ld_acquire(&st->last_wqe, DION__GDAKI_SSCOPE);
+    if (last == 0 || dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE) >= last) return DION_SUCCESS;
+    uint64_t target = last;
+    if (dion__ld_relaxed(&st->last_sig, DION__GDAKI_SSCOPE) < last) {
+        dion__gdaki_wr_t nop;
+        memset(&nop, 0, sizeof nop);
+        nop.kind = DION__GDAKI_WR_NOP;
+        nop.cqe = 1;
+        uint64_t at = 0;
+        dion_status_t s = dion__gdaki_post(q, &nop, 1, abort_word, timeout_ns, &at);
+        if (s != DION_SUCCESS) return s;
+        target = at + 1;
+    }
+    return dion__gdaki_wait_cons(q, target, abort_word, timeout_ns, seen);
+}
+
+/* The old value an atomic that started at WQEBB pos returned (read after it completed). */
+DION_HD uint64_t dion__gdaki_result(const dion_gdaki_qp_dev_t *q, uint64_t pos)
+{
+    return dion__ld_relaxed(&q->scratch[pos & q->wq_mask], dion__gdaki_qscope(q));
+}
+
+#endif /* DION_DEVICE_GDAKI_CUH */

@@ -1,0 +1,18 @@
+# gdaki over the softnic model (DION_GDAKI_NIC=softnic; docs/gdaki.md), CPU mode: device calls post mlx5 WQEs
+# that a CPU thread per rank reads, checks and executes over libfabric's tcp provider. The conformance suite
+# with 2, 3 and 4 ranks, and the failure paths (an injected error completion, an out-of-bounds put, a WQE that
+# breaks an invariant): quiet returns the error, dion_dev_check names the QP, the peer and the syndrome.
+set(DION_GDAKI_ENV DION_CPU_MODE=1 DION_TRANSPORT=gdaki DION_GDAKI_NIC=softnic DION_OFI_PROVIDER=tcp)
+foreach(n 2 3 4)
+  dion_test(NAME conf_cpu_gdaki_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
+            LABELS "host;cpu" TIMEOUT 240 ENV ${DION_GDAKI_ENV} DT_STREAM_COUNT=300)
+  set_tests_properties(conf_cpu_gdaki_${n} PROPERTIES RUN_SERIAL TRUE)
+endforeach()
+add_executable(gdaki_cpu ${CMAKE_CURRENT_SOURCE_DIR}/gdaki_cpu.c)
+target_link_libraries(gdaki_cpu PRIVATE dion)
+dion_test(NAME gdaki_cpu_inject COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 60 $<TARGET_FILE:gdaki_cpu> inject 5
+          LABELS "host;cpu" TIMEOUT 90 ENV ${DION_GDAKI_ENV} DION_SOFTNIC_INJECT=remote_access@5)
+foreach(mode oob badwqe)
+  dion_test(NAME gdaki_cpu_${mode} COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 60 $<TARGET_FILE:gdaki_cpu> ${mode}
+            LABELS "host;cpu" TIMEOUT 90 ENV ${DION_GDAKI_ENV})
+endforeach()
