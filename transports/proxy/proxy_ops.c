@@ -239,8 +239,8 @@ static dion_status_t dion__px_post(dion__pxc_t *pc, dion__pxg_t *g, dion_proxy_c
     *need = 0;
     if (c->op == DION_PROXY_OP_NOP || c->op == DION_PROXY_OP_QUIET || c->op == DION_PROXY_OP_FENCE)
         return DION_SUCCESS;
-    int self_amo = peer == pc->comm->rank &&
-                   (c->op == DION_PROXY_OP_FETCH_ADD || c->op == DION_PROXY_OP_COMPARE_SWAP);
+    int self_amo =
+        peer == pc->comm->rank && (c->op == DION_PROXY_OP_FETCH_ADD || c->op == DION_PROXY_OP_COMPARE_SWAP);
     if (self_amo) return dion__px_self_amo(pc, c);
     if (peer < 0 || peer >= pc->comm->nranks || peer == pc->comm->rank)
         return dion__error(DION_ERR_INVALID_ARG,

@@ -20,9 +20,9 @@
 #define DION__PX_META_CNT   0x00ffu /* local counter + 1 of a counted command, until it was counted */
 /* Cookie bit of the engine put that reads a counted command's source: its completion is the moment the source
  * may be reused (the gid and position bits stay below bit 60). */
-#define DION__PX_CK_SRC (1ull << 63)
-#define DION__PX_NOTES      16u     /* notices in flight per (rank, peer) pair */
-#define DION__PX_INTERNAL   0ull    /* cookie of engine operations no ring position waits for (gid 0) */
+#define DION__PX_CK_SRC   (1ull << 63)
+#define DION__PX_NOTES    16u  /* notices in flight per (rank, peer) pair */
+#define DION__PX_INTERNAL 0ull /* cookie of engine operations no ring position waits for (gid 0) */
 
 /* What a peer gets for a region: the engine key of the memory itself and, for a staged region, of the pinned
  * host shadow that stands in for it in every data transfer (docs/backends/proxy.md, "GPU windows"). */
