@@ -41,6 +41,21 @@ if want proxytest; then # GPU kernels over the proxy (tcp, shm; host and staged 
   (cd $B && CUDA_VISIBLE_DEVICES=0 DION_LOG=info run ctest_proxy 540 ctest -L gpu -V \
     -R "conf_gpu_stress_2|conf_gpu_proxy")
 fi
+if want gdaki; then # GPU kernels through the gdaki device half to the softnic model (issue 9), each section timed
+  (cd $B && CUDA_VISIBLE_DEVICES=0 DION_LOG=${GDAKI_LOG:-warn} run ctest_gdaki ${GDAKI_SECS:-300} ctest -L gpu -V \
+    -R "conf_gpu_gdaki|mlx5_warp_gpu|gdaki_mlx5_gpu|gdaki_post")
+  grep -E "^(PASS|FAIL|SKIP)|FAIL rank|timed out|Test +#" "$OUT/ctest_gdaki.log" | tail -n 60
+fi
+if [ "$NGPU" -ge 2 ] && want proxy2; then # GPU kernels over the proxy with one rank per GPU (no MPS)
+  for prov in shm tcp; do
+    for w in hostwin gpuwin; do
+      E=(DION_TRANSPORT=proxy DION_OFI_PROVIDER=$prov DT_ONE_RANK_PER_GPU=1 DT_STREAM_COUNT=2000)
+      if [ $w = hostwin ]; then E+=(DT_ON_HOST=1); else E+=(DT_ON_HOST=0 DT_ATOMICS_ON_HOST=1); fi
+      run proxy2_${prov}_$w 100 env "${E[@]}" $B/dionrun -n 2 --timeout 90 $B/tests/gpu/conformance_gpu_proxy all
+      grep -E "^(PASS|FAIL)" "$OUT/proxy2_${prov}_$w.log" | tail -n 3
+    done
+  done
+fi
 NVSHMEM_LIB=$(grep -oP 'NVSHMEM found in \K\S+' "$OUT/configure.log" 2>/dev/null)
 [ -n "$NVSHMEM_LIB" ] && export LD_LIBRARY_PATH=$NVSHMEM_LIB/lib:${LD_LIBRARY_PATH:-}
 if want bench1; then
