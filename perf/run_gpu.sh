@@ -23,6 +23,8 @@ run() { # run NAME SECONDS cmd...
   return $rc
 }
 B=build/gpu
+# iproute2's ip for dionrun --hosts where the machine lacks it (perf/gpu_deps.sh puts it in the carried .deps/)
+command -v ip >/dev/null || { [ -x .deps/ip/ip ] && export PATH="$PWD/.deps/ip:$PATH"; }
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 { date -u; git log -1 --format='%H %s' 2>/dev/null; nvidia-smi; nvidia-smi topo -m; nvcc --version | tail -2; } > "$OUT/machine.txt" 2>&1
 log "GPUs: $NGPU"
@@ -55,6 +57,10 @@ if [ "$NGPU" -ge 2 ] && want proxy2; then # GPU kernels over the proxy with one 
       grep -E "^(PASS|FAIL)" "$OUT/proxy2_${prov}_$w.log" | tail -n 3
     done
   done
+fi
+if want hosts; then # issue 8: GPU kernels over the proxy between ranks run as separate hosts (dionrun --hosts)
+  (cd $B && run ctest_hosts 540 ctest -V -R "hosts_gpu_proxy_2")
+  grep -E "^[0-9]+: (PASS|FAIL|SKIP)|Passed|Failed|Skipped|reaches rank" "$OUT/ctest_hosts.log" | tail -n 30
 fi
 NVSHMEM_LIB=$(grep -oP 'NVSHMEM found in \K\S+' "$OUT/configure.log" 2>/dev/null)
 [ -n "$NVSHMEM_LIB" ] && export LD_LIBRARY_PATH=$NVSHMEM_LIB/lib:${LD_LIBRARY_PATH:-}

@@ -158,6 +158,27 @@ dev)
         names_peer_host "$r" || fail "rank $r logged no sentence naming itself and a peer's host"
     done
     ;;
+gpu_proxy)
+    # GPU kernels across simulated hosts (the GPU test hosts_gpu_proxy_2): the ranks share nothing but the
+    # network, so every peer must be reached through the proxy, chosen by itself, with windows in GPU memory
+    # (staged through host buffers where the provider cannot register them). dionrun gives rank r GPU r % n
+    # (DION_DEVICE); two ranks on one GPU run without MPS, whose pipes live in the /tmp they no longer share.
+    unset CUDA_VISIBLE_DEVICES DION_CPU_MODE
+    nvidia-smi -L 2>/dev/null | grep -q "^GPU" || skip "no GPU (nvidia-smi lists none)"
+    export DION_LOG=info DT_STREAM_COUNT=2000 DT_ON_HOST=0 DT_ATOMICS_ON_HOST=1 DION_BOOTSTRAP_TIMEOUT=60s
+    run -n "$N" --hosts --timeout 280 "$CONF" all
+    [ "$rc" -eq 77 ] && skip "no usable GPU"
+    [ "$rc" -eq 0 ] || fail "the GPU conformance suite over the proxy across $N hosts exited with $rc"
+    for ((r = 0; r < N; r++)); do
+        [ "$(grep -cE "^dion\[dion-host-$r:$r\] .*rank $r reaches rank [0-9]+ \(host dion-host-[0-9]+\) through proxy" "$ERR")" -eq $((N - 1)) ] ||
+            fail "rank $r does not reach all $((N - 1)) peers through the proxy"
+    done
+    grep -E "^(PASS|FAIL|SKIP)" "$OUT"
+    run -n "$N" --hosts --timeout 200 "$CONF" stress
+    [ "$rc" -eq 0 ] || fail "the GPU put_signal stress over the proxy across $N hosts exited with $rc"
+    grep -E "stress:|^(PASS|FAIL)" "$OUT"
+    echo "PASS: GPU conformance suite and put_signal stress over the proxy across $N hosts"
+    ;;
 gdaki)
     # Across hosts p2p cannot map the peers; with DION_GDAKI_NIC=softnic gdaki is usable and comes before the
     # proxy: every peer must be reached through gdaki (the per-peer log line says so), the model must say it
