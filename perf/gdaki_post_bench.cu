@@ -15,10 +15,12 @@
  *         WQE that asked for one, which moves the completion watermark and frees slots. It executes nothing.
  *  proxy: the proxy's own rings and proxy threads (transports/proxy/), with an execute callback that checks
  *         every command the same way and completes it at once.
- * Both consumers run on --consumers threads (DION_PROXY_THREADS is set to the same). Every rate is printed
- * only after the consumer saw exactly the work requests posted: the count, each id once, each lane's in
- * order, on the GPU the whole queue in (lane, iteration) order, the device counters agreeing, and no launch
- * or post error. --cpu runs the same kernel bodies on CPU threads (dion_cpu_launch, host memory): for CI.
+ * Both consumers run on --consumers threads (DION_PROXY_THREADS is set to the same; on a GPU both are pinned
+ * to its NUMA node). Every rate is printed only after the consumer saw exactly the work requests posted:
+ * each lane's ids once each and in its order, nothing else (a count per lane), the device counters agreeing
+ * with the consumer, no launch or post error. A line says when a warp's work requests did not land in
+ * (iteration, lane) order (its lanes split into several reservations): allowed, but it costs atomics.
+ * --cpu runs the same kernel bodies on CPU threads (dion_cpu_launch, host memory): for CI.
  *   gdaki_post_bench [--tests inline,write,proxy] [--scopes 1warp,allsm] [--per N] [--reps N] [--blocks N]
  *                    [--consumers N] [--check cheap|full] [--cpu] [--csv FILE] [--label L]
  *                    [--inject skip|dup|badid]   (a broken work request that the checks must catch)
@@ -450,9 +452,13 @@ static int model_pass(mqp_t *q, uint32_t kind, int full)
     return 1;
 }
 
+static cpu_set_t gpu_cpus; /* the GPU's NUMA node's CPUs, where the proxy threads run too */
+static int gpu_ncpus;
+
 static void *model_main(void *p)
 {
     mctl_t *m = (mctl_t *)p;
+    if (gpu_ncpus > 0) pthread_setaffinity_np(pthread_self(), sizeof gpu_cpus, &gpu_cpus);
     uint32_t idle = 0;
     while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
         int busy = 0;
@@ -510,7 +516,13 @@ static double host_ns(void)
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
-static uint64_t *errs_host, *errs_dev; /* post_args_t.errs: host and device views */
+static uint64_t *errs_dev; /* post_args_t.errs: device memory (host memory in CPU runs) */
+
+static void zero_errs(void)
+{
+    uint64_t z[2] = {0, 0};
+    to_dev(errs_dev, z, sizeof z);
+}
 
 /* Runs one launch of blocks x 32 and returns its milliseconds; a launch error ends the program. */
 static double launch(const post_args_t *a, uint32_t blocks)
@@ -548,7 +560,9 @@ static int run_launches(post_args_t *a, uint32_t blocks, std::vector<double> &ms
         a->base = (uint64_t)rep * O.per * LANES;
         a->inject = rep == O.reps - 1 ? O.inject : INJ_NONE;
         double t = launch(a, blocks);
-        uint64_t e0 = __atomic_load_n(&errs_host[0], __ATOMIC_ACQUIRE), e1 = errs_host[1];
+        uint64_t e[2];
+        to_host(e, errs_dev, sizeof e);
+        uint64_t e0 = e[0], e1 = e[1];
         if (e0) {
             fprintf(stderr, "FAIL %s: launch %d: %llu posts or quiets failed, the first with %s\n", what, rep,
                     (unsigned long long)e0, dion_status_string((dion_status_t)e1));
@@ -624,7 +638,7 @@ static int run_gdaki(uint32_t kind, uint32_t blocks, const char *test)
         ctl[t] = {m.data(), blocks, nt, t, kind, !strcmp(O.check, "full"), 0};
         pthread_create(&tid[t], NULL, model_main, &ctl[t]);
     }
-    memset(errs_host, 0, 2 * sizeof *errs_host);
+    zero_errs();
     post_args_t a = {dd, NULL, kind, (uint32_t)O.per, 0, INJ_NONE, errs_dev};
     std::vector<double> ms;
     int rc = run_launches(&a, blocks, ms, test);
@@ -685,7 +699,7 @@ static int run_proxy(uint32_t blocks, const char *test)
         fprintf(stderr, "FAIL proxy threads: %s\n", dion_last_error());
         exit(1);
     }
-    memset(errs_host, 0, 2 * sizeof *errs_host);
+    zero_errs();
     post_args_t a = {NULL, dd, K_PROXY, (uint32_t)O.per, 0, INJ_NONE, errs_dev};
     std::vector<double> ms;
     int rc = run_launches(&a, blocks, ms, test);
@@ -734,14 +748,18 @@ int main(int argc, char **argv)
         BENCH_CHECK_LAUNCH("bench_spin");
         BENCH_CHECK_CUDA(cudaDeviceSynchronize());
         cudaFree(sink);
-        printf("# %s, %d SMs\n", prop.name, nsm);
+        char bus[32] = "";
+        if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, 0) == cudaSuccess)
+            gpu_ncpus = dion__proxy_numa_cpus("", bus, &gpu_cpus);
+        printf("# %s, %d SMs; consumer threads pinned to %d CPUs of its NUMA node (0: not pinned)\n",
+               prop.name, nsm, gpu_ncpus);
     }
     uint32_t all = O.blocks > 0 ? (uint32_t)O.blocks : (uint32_t)nsm;
     char n[16];
     snprintf(n, sizeof n, "%d", O.consumers);
     setenv("DION_PROXY_THREADS", n, 1);  /* the proxy drains with as many threads as the model consumer */
     setenv("DION_PROXY_SPIN", "10s", 0); /* never napping during a measurement */
-    errs_host = (uint64_t *)host_mapped(64, (void **)&errs_dev);
+    errs_dev = (uint64_t *)dev_alloc(64);
     printf("# one warp of 32 lanes per block, one QP (gdaki) or ring (proxy) per block, 1024 slots each; %d "
            "posts "
            "per lane per launch, %d launches (first dropped); consumer threads %d, check %s; %s\n",
@@ -767,6 +785,6 @@ int main(int argc, char **argv)
             rc |= run_proxy(blocks, t);
         }
     }
-    host_free(errs_host);
+    dev_free(errs_dev);
     return rc;
 }
