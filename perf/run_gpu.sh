@@ -2,8 +2,8 @@
 # Builds DION for sm_90 and runs, on the GPU machine, in one go: the gpu-labelled tests (ranks sharing GPU 0
 # under MPS; one rank per GPU where there are several), compute-sanitizer (memcheck, racecheck), and the
 # benchmarks of DION, NVSHMEM and NCCL's LSA device API side by side; on request (STEPS) the proxy ring's
-# pickup latency, dion-perf through p2p and the proxy side by side (proxy), scripts/setup.sh run from a fresh
-# copy, and p2p_bench under plain mpirun. Logs and CSV go to $OUT.
+# pickup latency, dion-perf through p2p and the proxy side by side (proxy), the gdaki and proxy posting rates
+# (gdakirate), scripts/setup.sh run from a fresh copy, and p2p_bench under plain mpirun. Logs and CSV go to $OUT.
 # Every step is bounded by its own timeout so that one hang cannot eat the whole run.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -130,6 +130,19 @@ fi
 if want proxyring; then # the proxy command ring: GPU-to-proxy pickup latency and post rate (no network)
   [ -x $B/perf/proxy_ring_bench ] && CUDA_VISIBLE_DEVICES=0 run bench_proxy_ring 120 $B/perf/proxy_ring_bench \
     --csv "$OUT/bench.csv" --label 1gpu
+fi
+if want gdakirate; then # issue 9: WQEs posted per second through the gdaki device half into a model NIC consumer
+  # next to commands per second into the proxy's ring, 1 warp and all SMs (one QP / ring per block), one CSV;
+  # then all SMs again with 8 consumer threads, to tell the GPU's cost from the consumer's (docs/gdaki.md)
+  GCSV="$OUT/gdakirate.csv"
+  if [ -x $B/perf/gdaki_post_bench ]; then
+    CUDA_VISIBLE_DEVICES=0 run gdakirate_c1 120 $B/perf/gdaki_post_bench --csv "$GCSV" --label 1gpu-c1
+    CUDA_VISIBLE_DEVICES=0 run gdakirate_c8 120 $B/perf/gdaki_post_bench --scopes allsm --consumers 8 \
+      --csv "$GCSV" --label 1gpu-c8
+    grep -hE "^#|^dion-(gdaki|proxy)-post .*Mposts_median|FAIL" "$OUT"/gdakirate_c*.log | tee -a "$OUT/steps.log"
+    python3 perf/check_csv.py "$GCSV" post_write_inline_1warp,post_write_1warp,post_cmd_1warp,post_write_inline_allsm,post_write_allsm,post_cmd_allsm \
+      | tee -a "$OUT/steps.log"
+  fi
 fi
 if want setup; then # first contact: scripts/setup.sh run from a fresh copy of the tree, no manual step
   rm -rf /tmp/dion-fresh && mkdir -p /tmp/dion-fresh
