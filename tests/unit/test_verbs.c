@@ -12,6 +12,7 @@
 #include "fake_ibverbs.h"
 #include "src/cuda.h"
 #include "transports/proxy/engine_verbs.h"
+#include "transports/proxy/verbs_cm.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                                     \
@@ -280,6 +281,31 @@ static void test_gid_read(void)
     CHECK(s == DION_ERR_UNSUPPORTED && pk.type == -1, "empty: %d (%s)", s, why);
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     CHECK(system(cmd) == 0, "removing %s", root);
+}
+
+/* The on-demand handshake's message (verbs_cm.h): fields survive the wire; a wrong magic or kind is refused.
+ */
+static void test_vcm_msg(void)
+{
+    for (int trial = 0; trial < 200; trial++) {
+        dion__vcm_msg_t a = {(uint32_t)(1 + rnd() % 3), (uint32_t)rnd(), (uint32_t)rnd(), rnd(), {0}}, b;
+        for (int i = 0; i < DION__VERBS_ADDR_BYTES; i++) a.blob[i] = (uint8_t)rnd();
+        uint8_t w[DION__VCM_MSG_BYTES];
+        memset(w, 0xee, sizeof w);
+        dion__vcm_msg_pack(&a, w);
+        memset(&b, 0, sizeof b);
+        CHECK(dion__vcm_msg_unpack(w, &b) == 0 && b.kind == a.kind && b.from == a.from && b.to == a.to &&
+                  b.key == a.key && !memcmp(b.blob, a.blob, sizeof a.blob),
+              "trial %d: message round trip", trial);
+        CHECK(w[0] == 'D' && w[1] == 'V' && w[2] == 'C' && w[3] == '1', "trial %d: magic DVC1", trial);
+        uint8_t bad[DION__VCM_MSG_BYTES];
+        memcpy(bad, w, sizeof bad);
+        bad[(size_t)(rnd() % 4)] ^= (uint8_t)(1 + rnd() % 255);
+        CHECK(dion__vcm_msg_unpack(bad, &b) == -1, "trial %d: a wrong magic is accepted", trial);
+        memcpy(bad, w, sizeof bad);
+        bad[4] = (uint8_t)(rnd() % 2 ? 0 : 4 + rnd() % 200);
+        CHECK(dion__vcm_msg_unpack(bad, &b) == -1, "trial %d: kind %u is accepted", trial, bad[4]);
+    }
 }
 
 /* ---- blobs ---- */
@@ -616,6 +642,7 @@ int main(int argc, char **argv)
     test_attrs();
     test_gid();
     test_gid_read();
+    test_vcm_msg();
     test_blobs();
     test_wrs();
     test_wc();

@@ -75,14 +75,15 @@ void test_engine_ops(const char *lib, int *failures)
     CHECK(E->open(&a0, &e0, why, sizeof why) == DION_SUCCESS, "open rank 0: %s", why);
     CHECK(E->open(&a1, &e1, why, sizeof why) == DION_SUCCESS, "open rank 1: %s", why);
     if (!e0 || !e1) goto out;
-    CHECK(E->address == NULL && E->peer_addr_bytes == DION__VERBS_ADDR_BYTES,
-          "verbs connects per peer (peer_addr_bytes %u)", E->peer_addr_bytes);
+    CHECK(E->peer_addr_bytes == DION__VERBS_ADDR_BYTES && E->address && E->connect,
+          "verbs connects per peer, eagerly or on demand (peer_addr_bytes %u)", E->peer_addr_bytes);
     dion__engine_caps_t caps;
     E->query(e0, &caps);
     CHECK(!strcmp(caps.provider, "fake_0 port 2") && !strcmp(caps.order, "rc_order") &&
               caps.delivery_complete && !caps.manual_progress && !caps.cuda_mem && caps.max_ops >= 16,
           "caps: provider '%s' order '%s' delivery %d manual %d cuda %d max_ops %u", caps.provider,
           caps.order, caps.delivery_complete, caps.manual_progress, caps.cuda_mem, caps.max_ops);
+    CHECK(!caps.connect_ondemand, "2 ranks with DION_IB_CONNECT=auto connect eagerly");
 
     /* connection: each side's blob for the other */
     uint8_t b01[DION__VERBS_ADDR_BYTES], b10[DION__VERBS_ADDR_BYTES];
