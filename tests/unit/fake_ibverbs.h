@@ -51,5 +51,7 @@ typedef fake_ibv_ctl_t *(*fake_ibv_control_fn)(void);
 void test_engine(const char *fake_lib, int *failures);
 /* test_verbs_ops.c: the engine behind engine.h */
 void test_engine_ops(const char *fake_lib, int *failures);
+/* test_verbs_ops.c: DION_IB_CONNECT=ondemand, three engines in this process */
+void test_engine_ondemand(const char *fake_lib, int *failures);
 
 #endif

@@ -653,6 +653,7 @@ int main(int argc, char **argv)
     if (argc > 1) {
         test_engine(argv[1], &failures);
         test_engine_ops(argv[1], &failures);
+        test_engine_ondemand(argv[1], &failures);
     } else {
         fprintf(stderr, "FAIL: the fake libibverbs path was not given\n");
         failures++;
