@@ -123,6 +123,21 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "proxy/verbs completion-queue depth of each context: operations in flight per context over all peers. "
      "Range 64 to 4194304.",
      NULL},
+    {"DION_IB_CONNECT", DION_CFG_ENUM, "auto", "auto|eager|ondemand",
+     "When proxy/verbs connects its RC QPs (one per peer). eager: to every peer at comm creation, through "
+     "one "
+     "allgather of 40 bytes per peer and rank. ondemand: to a peer when the proxy first posts to it; the QP "
+     "addresses travel point to point over TCP (each rank listens on the bootstrap's interface) and that "
+     "first "
+     "command waits for the handshake, failing with a sentence naming the peer after DION_WAIT_TIMEOUT. "
+     "auto: "
+     "eager up to DION_IB_EAGER_MAX_RANKS ranks, on demand above (docs/multihost.md, scale). Every rank must "
+     "use the same value.",
+     NULL},
+    {"DION_IB_EAGER_MAX_RANKS", DION_CFG_INT, "128", NULL,
+     "With DION_IB_CONNECT=auto: the largest comm whose proxy/verbs QPs are connected eagerly. Range 1 to "
+     "16777216.",
+     NULL},
     {"DION_GDAKI_DOORBELL", DION_CFG_ENUM, "auto", "auto|gpu|cpu",
      "gdaki on an mlx5 NIC: who writes the NIC's doorbell register for GPU threads. auto: the GPU, through "
      "the UAR page mapped into it, when the nvidia module allows that (NVreg_RegistryDwords="

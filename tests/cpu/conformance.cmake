@@ -82,3 +82,27 @@ if(TARGET dion_fake_ibverbs)
   dion_test(NAME proxy_engine_select COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/proxy_engine_select.sh $<TARGET_FILE:dionrun>
             $<TARGET_FILE:conformance_cpu> $<TARGET_FILE:dion_fake_ibverbs> LABELS "host;cpu" TIMEOUT 200)
 endif()
+# On-demand connection of the verbs engine's QPs (DION_IB_CONNECT=ondemand; docs/backends/proxy.md): the suite
+# with 2, 3 and 4 ranks; QPs made only towards the peers addressed (and eager's n - 1 for contrast); a peer that
+# died before the handshake fails the first command with a sentence naming it, within DION_WAIT_TIMEOUT.
+if(TARGET dion_fake_ibverbs)
+  foreach(n 2 3 4)
+    dion_test(NAME conf_cpu_proxy_verbs_ondemand_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
+              LABELS "host;cpu" TIMEOUT 240
+              ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_CONNECT=ondemand;DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>;FAKE_IBV_REORDER=1;DT_STREAM_COUNT=2000")
+  endforeach()
+  add_executable(proxy_verbs_ondemand ${CMAKE_CURRENT_SOURCE_DIR}/proxy_verbs_ondemand.c)
+  target_link_libraries(proxy_verbs_ondemand PRIVATE dion ${CMAKE_DL_LIBS})
+  foreach(mode ondemand eager)
+    dion_test(NAME proxy_verbs_qp_count_${mode} COMMAND $<TARGET_FILE:dionrun> -n 4 --timeout 100 $<TARGET_FILE:proxy_verbs_ondemand> count ${mode}
+              LABELS "host;cpu" TIMEOUT 120
+              ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_CONNECT=${mode};DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>")
+  endforeach()
+  # auto: eager up to DION_IB_EAGER_MAX_RANKS, on demand above (4 ranks > 2)
+  dion_test(NAME proxy_verbs_qp_count_auto COMMAND $<TARGET_FILE:dionrun> -n 4 --timeout 100 $<TARGET_FILE:proxy_verbs_ondemand> count ondemand
+            LABELS "host;cpu" TIMEOUT 120
+            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_CONNECT=auto;DION_IB_EAGER_MAX_RANKS=2;DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>")
+  dion_test(NAME proxy_verbs_ondemand_dead_peer COMMAND $<TARGET_FILE:dionrun> -n 3 --timeout 100 $<TARGET_FILE:proxy_verbs_ondemand> dead 2
+            LABELS "host;cpu" TIMEOUT 120
+            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_CONNECT=ondemand;DION_WAIT_TIMEOUT=2s;DION_WATCHDOG_INTERVAL=0;DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>")
+endif()

@@ -17,7 +17,8 @@
  *  FAKE_IBV_FAIL_RTR=1: every INIT->RTR transition fails (EINVAL), as towards an unreachable address.
  *  Error injection (any mode): FAKE_IBV_FAIL_AT=<n> fails this process's n-th WR (0-based) with
  *  FAKE_IBV_FAIL_STATUS (an ibv_wc_status number; default IBV_WC_REM_ACCESS_ERR); later WRs on that QP
- *  flush, as on a NIC. */
+ *  flush, as on a NIC.
+ *  fake_ibv_qps_created() counts the QPs made, for the on-demand connection tests. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -37,6 +38,13 @@ static fake_ibv_ctl_t ctl = {
 EXPORT fake_ibv_ctl_t *fake_ibv_control(void)
 {
     return &ctl;
+}
+
+/* For multi-process tests that link no verbs header: QPs this process created
+ * (tests/cpu/proxy_verbs_ondemand.c). */
+EXPORT int fake_ibv_qps_created(void)
+{
+    return ctl.qps_created;
 }
 
 static struct ibv_device devs[2] = {{.name = "fake_down"}, {.name = "fake_0"}};
@@ -388,6 +396,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
             q->held = calloc(1024, sizeof *q->held); /* max_send_wr is at most 1024 here */
             qps[i] = q;
             ctl.live_qps++;
+            ctl.qps_created++;
             return &q->qp;
         }
     errno = ENOMEM;

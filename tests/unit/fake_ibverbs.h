@@ -42,6 +42,7 @@ typedef struct {
         int port;
     } async[8];
     uint64_t dmabuf_off, dmabuf_iova, dmabuf_len;
+    int qps_created; /* ibv_create_qp calls that succeeded (also exported as fake_ibv_qps_created) */
 } fake_ibv_ctl_t;
 
 typedef fake_ibv_ctl_t *(*fake_ibv_control_fn)(void);
@@ -50,5 +51,7 @@ typedef fake_ibv_ctl_t *(*fake_ibv_control_fn)(void);
 void test_engine(const char *fake_lib, int *failures);
 /* test_verbs_ops.c: the engine behind engine.h */
 void test_engine_ops(const char *fake_lib, int *failures);
+/* test_verbs_ops.c: DION_IB_CONNECT=ondemand, three engines in this process */
+void test_engine_ondemand(const char *fake_lib, int *failures);
 
 #endif

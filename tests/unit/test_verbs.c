@@ -12,6 +12,7 @@
 #include "fake_ibverbs.h"
 #include "src/cuda.h"
 #include "transports/proxy/engine_verbs.h"
+#include "transports/proxy/verbs_cm.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                                     \
@@ -199,6 +200,112 @@ static void test_gid(void)
     CHECK(dion__verbs_gid_type_parse("RoCE v2\n") == V2, "sysfs RoCE v2");
     CHECK(dion__verbs_gid_type_parse("IB/RoCE v1\n") == V1, "sysfs IB/RoCE v1");
     CHECK(dion__verbs_gid_type_parse("") == -1 && dion__verbs_gid_type_parse(NULL) == -1, "sysfs unknown");
+}
+
+/* The shared table reader (proxy/verbs and gdaki/mlx5 both call it): entries and types from query_gid_ex,
+ * or from query_gid with the RoCE version read from sysfs under a test sysroot; empty entries skipped. */
+static dion__verbs_gid_t gr_table[4];
+static int gr_calls;
+static int gr_query(struct ibv_context *c, uint8_t port, int i, union ibv_gid *g)
+{
+    (void)c;
+    gr_calls++;
+    if (port != 2 || i < 0 || i >= 4) return EINVAL;
+    memcpy(g->raw, gr_table[i].raw, 16);
+    return 0;
+}
+static int gr_query_ex(struct ibv_context *c, uint32_t port, uint32_t i, struct ibv_gid_entry *e, uint32_t fl,
+                       size_t sz)
+{
+    (void)c, (void)fl, (void)sz;
+    gr_calls++;
+    if (port != 2 || i >= 4) return EINVAL;
+    int empty = 1;
+    for (int k = 0; k < 16; k++) empty &= gr_table[i].raw[k] == 0;
+    if (empty) return ENODATA;
+    memset(e, 0, sizeof *e);
+    memcpy(e->gid.raw, gr_table[i].raw, 16);
+    e->gid_type = (uint32_t)gr_table[i].type;
+    e->gid_index = i;
+    return 0;
+}
+
+static void test_gid_read(void)
+{
+    const int V1 = IBV_GID_TYPE_ROCE_V1, V2 = IBV_GID_TYPE_ROCE_V2;
+    char why[512];
+    dion__verbs_gid_pick_t pk;
+    /* query_gid_ex: link-local v1, empty, global v6 v2, v4-mapped v1 -> the v2 entry (v2 outranks v4-mapping)
+     */
+    gr_table[0] = gid_v6(V1, 1, 1), memset(&gr_table[1], 0, sizeof gr_table[1]);
+    gr_table[2] = gid_v6(V2, 0, 7), gr_table[3] = gid_v4(V1, 10, 1, 2, 3);
+    dion__verbs_gid_src_t src = {NULL, "fake_0", 2, 4, gr_query, gr_query_ex, NULL};
+    gr_calls = 0;
+    dion_status_t s = dion__verbs_gid_read(&src, IBV_LINK_LAYER_ETHERNET, -1, &pk, why, sizeof why);
+    CHECK(s == DION_SUCCESS && pk.index == 2 && pk.type == V2 && !memcmp(pk.raw, gr_table[2].raw, 16) &&
+              gr_calls == 4,
+          "query_gid_ex: status %d index %d type %d calls %d (%s)", s, pk.index, pk.type, gr_calls, why);
+    /* query_gid + sysfs types: a test sysroot says entry 3 (v4-mapped) is RoCE v2 */
+    char root[] = "/tmp/dion_gidXXXXXX";
+    CHECK(mkdtemp(root) != NULL, "mkdtemp: %s", strerror(errno));
+    char cmd[600];
+    snprintf(cmd, sizeof cmd,
+             "d=%s/sys/class/infiniband/fake_0/ports/2/gid_attrs/types && mkdir -p $d && "
+             "echo 'IB/RoCE v1' > $d/0 && echo 'RoCE v2' > $d/2 && echo 'RoCE v2' > $d/3",
+             root);
+    CHECK(system(cmd) == 0, "making %s", root);
+    src.query_gid_ex = NULL;
+    src.sysroot = root;
+    gr_calls = 0;
+    s = dion__verbs_gid_read(&src, IBV_LINK_LAYER_ETHERNET, -1, &pk, why, sizeof why);
+    CHECK(s == DION_SUCCESS && pk.index == 3 && pk.type == V2 && !memcmp(pk.raw, gr_table[3].raw, 16) &&
+              strstr(why, "10.1.2.3") && gr_calls == 4,
+          "sysfs: status %d index %d type %d calls %d (%s)", s, pk.index, pk.type, gr_calls, why);
+    /* forced index honoured; forced empty entry refused with the variable named */
+    s = dion__verbs_gid_read(&src, IBV_LINK_LAYER_ETHERNET, 0, &pk, why, sizeof why);
+    CHECK(s == DION_SUCCESS && pk.index == 0 && pk.type == V1, "forced 0: %d %d %d", s, pk.index, pk.type);
+    s = dion__verbs_gid_read(&src, IBV_LINK_LAYER_ETHERNET, 1, &pk, why, sizeof why);
+    CHECK(s == DION_ERR_UNSUPPORTED && strstr(why, "DION_IB_GID_INDEX=1"), "forced empty: %d (%s)", s, why);
+    /* no sysfs: types unknown, the v4-mapped entry still wins among them */
+    src.sysroot = "/nonexistent";
+    s = dion__verbs_gid_read(&src, IBV_LINK_LAYER_ETHERNET, -1, &pk, why, sizeof why);
+    CHECK(s == DION_SUCCESS && pk.index == 3 && pk.type == -1, "no sysfs: %d %d %d", s, pk.index, pk.type);
+    /* InfiniBand: by LID, entry 0 carried along with type IB */
+    s = dion__verbs_gid_read(&src, IBV_LINK_LAYER_INFINIBAND, -1, &pk, why, sizeof why);
+    CHECK(s == DION_SUCCESS && pk.index == -1 && pk.type == IBV_GID_TYPE_IB &&
+              !memcmp(pk.raw, gr_table[0].raw, 16),
+          "IB: %d %d %d", s, pk.index, pk.type);
+    /* an empty table: RoCE refuses, nothing read */
+    src.tbl_len = 0;
+    s = dion__verbs_gid_read(&src, IBV_LINK_LAYER_ETHERNET, -1, &pk, why, sizeof why);
+    CHECK(s == DION_ERR_UNSUPPORTED && pk.type == -1, "empty: %d (%s)", s, why);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CHECK(system(cmd) == 0, "removing %s", root);
+}
+
+/* The on-demand handshake's message (verbs_cm.h): fields survive the wire; a wrong magic or kind is refused.
+ */
+static void test_vcm_msg(void)
+{
+    for (int trial = 0; trial < 200; trial++) {
+        dion__vcm_msg_t a = {(uint32_t)(1 + rnd() % 3), (uint32_t)rnd(), (uint32_t)rnd(), rnd(), {0}}, b;
+        for (int i = 0; i < DION__VERBS_ADDR_BYTES; i++) a.blob[i] = (uint8_t)rnd();
+        uint8_t w[DION__VCM_MSG_BYTES];
+        memset(w, 0xee, sizeof w);
+        dion__vcm_msg_pack(&a, w);
+        memset(&b, 0, sizeof b);
+        CHECK(dion__vcm_msg_unpack(w, &b) == 0 && b.kind == a.kind && b.from == a.from && b.to == a.to &&
+                  b.key == a.key && !memcmp(b.blob, a.blob, sizeof a.blob),
+              "trial %d: message round trip", trial);
+        CHECK(w[0] == 'D' && w[1] == 'V' && w[2] == 'C' && w[3] == '1', "trial %d: magic DVC1", trial);
+        uint8_t bad[DION__VCM_MSG_BYTES];
+        memcpy(bad, w, sizeof bad);
+        bad[(size_t)(rnd() % 4)] ^= (uint8_t)(1 + rnd() % 255);
+        CHECK(dion__vcm_msg_unpack(bad, &b) == -1, "trial %d: a wrong magic is accepted", trial);
+        memcpy(bad, w, sizeof bad);
+        bad[4] = (uint8_t)(rnd() % 2 ? 0 : 4 + rnd() % 200);
+        CHECK(dion__vcm_msg_unpack(bad, &b) == -1, "trial %d: kind %u is accepted", trial, bad[4]);
+    }
 }
 
 /* ---- blobs ---- */
@@ -534,6 +641,8 @@ int main(int argc, char **argv)
 {
     test_attrs();
     test_gid();
+    test_gid_read();
+    test_vcm_msg();
     test_blobs();
     test_wrs();
     test_wc();
@@ -544,8 +653,8 @@ int main(int argc, char **argv)
     if (argc > 1) {
         test_engine(argv[1], &failures);
         test_engine_ops(argv[1], &failures);
-    }
-    else {
+        test_engine_ondemand(argv[1], &failures);
+    } else {
         fprintf(stderr, "FAIL: the fake libibverbs path was not given\n");
         failures++;
     }

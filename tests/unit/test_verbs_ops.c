@@ -10,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fake_ibverbs.h"
 #include "transports/proxy/engine.h"
 #include "transports/proxy/engine_verbs.h"
+#include "transports/proxy/verbs_cm.h"
 
 static int *fails;
 #define CHECK(cond, ...)                                                                                     \
@@ -75,14 +77,15 @@ void test_engine_ops(const char *lib, int *failures)
     CHECK(E->open(&a0, &e0, why, sizeof why) == DION_SUCCESS, "open rank 0: %s", why);
     CHECK(E->open(&a1, &e1, why, sizeof why) == DION_SUCCESS, "open rank 1: %s", why);
     if (!e0 || !e1) goto out;
-    CHECK(E->address == NULL && E->peer_addr_bytes == DION__VERBS_ADDR_BYTES,
-          "verbs connects per peer (peer_addr_bytes %u)", E->peer_addr_bytes);
+    CHECK(E->peer_addr_bytes == DION__VERBS_ADDR_BYTES && E->address && E->connect,
+          "verbs connects per peer, eagerly or on demand (peer_addr_bytes %u)", E->peer_addr_bytes);
     dion__engine_caps_t caps;
     E->query(e0, &caps);
     CHECK(!strcmp(caps.provider, "fake_0 port 2") && !strcmp(caps.order, "rc_order") &&
               caps.delivery_complete && !caps.manual_progress && !caps.cuda_mem && caps.max_ops >= 16,
           "caps: provider '%s' order '%s' delivery %d manual %d cuda %d max_ops %u", caps.provider,
           caps.order, caps.delivery_complete, caps.manual_progress, caps.cuda_mem, caps.max_ops);
+    CHECK(!caps.connect_ondemand, "2 ranks with DION_IB_CONNECT=auto connect eagerly");
 
     /* connection: each side's blob for the other */
     uint8_t b01[DION__VERBS_ADDR_BYTES], b10[DION__VERBS_ADDR_BYTES];
@@ -290,5 +293,114 @@ out:
           ctl->live_qps - qps0, ctl->live_mrs - mrs0);
     unsetenv("DION_IB_LIBRARY");
     unsetenv("DION_IB_QP_DEPTH");
+    if (h) dlclose(h);
+}
+
+/* Posts until the engine stops answering BUSY (polling both engines between tries, as the proxies of two
+ * ranks would), bounded: returns the last status. */
+static dion_status_t post_until(dion__engine_t *e, dion__engine_t *other, int peer, dion__engine_mr_t *mr,
+                                const void *src, const dion__engine_rkey_t *rk, size_t bytes, uint64_t ck)
+{
+    dion__engine_cqe_t cq[4];
+    dion_status_t s = DION__ENGINE_BUSY;
+    for (int i = 0; i < 200000 && s == DION__ENGINE_BUSY; i++) {
+        s = E->put(e, peer, mr, src, rk, 0, bytes, 0, ck);
+        if (s != DION__ENGINE_BUSY) break;
+        CHECK(E->poll(e, cq, 4) == 0, "a completion before anything was posted");
+        if (other) CHECK(E->poll(other, cq, 4) == 0, "a completion on the other engine");
+        usleep(50);
+    }
+    return s;
+}
+
+/* DION_IB_CONNECT=ondemand, three engines of one process as ranks 0-2: no QP before the first post; both
+ * first posts (crossing requests) answer BUSY and make exactly one QP each; polling both runs the handshake,
+ * after which both puts go and land; rank 2's listener is closed (as if it died), so a post to it fails
+ * within DION_WAIT_TIMEOUT with a sentence naming rank 2. */
+void test_engine_ondemand(const char *lib, int *failures)
+{
+    fails = failures;
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    fake_ibv_control_fn f = NULL;
+    if (h) *(void **)&f = dlsym(h, "fake_ibv_control");
+    if (!f) {
+        CHECK(0, "cannot reach the fake's control block in %s", lib);
+        return;
+    }
+    fake_ibv_ctl_t *ctl = f();
+    ctl->link_layer = IBV_LINK_LAYER_ETHERNET;
+    ctl->port2_state = IBV_PORT_ACTIVE;
+    ctl->fail_at = -1;
+    setenv("DION_IB_LIBRARY", lib, 1);
+    setenv("DION_IB_CONNECT", "ondemand", 1);
+    setenv("DION_WAIT_TIMEOUT", "500ms", 1);
+    setenv("DION_BOOTSTRAP_IFNAME", "lo", 1);
+    dion__engine_t *e[3] = {NULL, NULL, NULL};
+    dion__engine_addr_t a[3];
+    char why[512] = "";
+    for (int r = 0; r < 3; r++) {
+        dion__engine_open_args_t oa = {.rank = r, .nranks = 3, .cuda_device = -1};
+        CHECK(E->open(&oa, &e[r], why, sizeof why) == DION_SUCCESS, "open rank %d: %s", r, why);
+        if (!e[r]) goto out;
+        CHECK(E->address(e[r], &a[r]) == DION_SUCCESS && a[r].len == DION__VCM_ADDR_BYTES, "address %d: %s",
+              r, dion_last_error());
+    }
+    dion__engine_caps_t caps;
+    E->query(e[0], &caps);
+    CHECK(caps.connect_ondemand == 1, "DION_IB_CONNECT=ondemand: caps say %d", caps.connect_ondemand);
+    E->close(e[2]); /* rank 2 dies before anyone addressed it */
+    e[2] = NULL;
+    int q0 = ctl->qps_created;
+    CHECK(E->connect(e[0], a, 3) == DION_SUCCESS && E->connect(e[1], a, 3) == DION_SUCCESS, "connect: %s",
+          dion_last_error());
+    CHECK(ctl->qps_created == q0, "connect made %d QPs", ctl->qps_created - q0);
+
+    static uint8_t s0[512], s1[512], d0[512], d1[512];
+    for (int i = 0; i < 512; i++) s0[i] = (uint8_t)(i * 3 + 1), s1[i] = (uint8_t)(i * 5 + 2);
+    memset(d0, 0, sizeof d0), memset(d1, 0, sizeof d1);
+    dion__engine_mr_t *ms0 = NULL, *ms1 = NULL, *md0 = NULL, *md1 = NULL;
+    dion__engine_rkey_t ks0, ks1, kd0, kd1;
+    CHECK(E->mem_reg(e[0], s0, 512, DION__ENGINE_MEM_HOST, &ms0, &ks0) == DION_SUCCESS &&
+              E->mem_reg(e[1], s1, 512, DION__ENGINE_MEM_HOST, &ms1, &ks1) == DION_SUCCESS &&
+              E->mem_reg(e[0], d0, 512, DION__ENGINE_MEM_HOST, &md0, &kd0) == DION_SUCCESS &&
+              E->mem_reg(e[1], d1, 512, DION__ENGINE_MEM_HOST, &md1, &kd1) == DION_SUCCESS,
+          "mem_reg: %s", dion_last_error());
+    if (!ms0 || !ms1 || !md0 || !md1) goto out;
+
+    /* crossing first posts: both BUSY, one QP each */
+    CHECK(E->put(e[0], 1, ms0, s0, &kd1, 0, 300, 0, 1) == DION__ENGINE_BUSY,
+          "rank 0's first put is not BUSY");
+    CHECK(E->put(e[1], 0, ms1, s1, &kd0, 0, 200, 0, 2) == DION__ENGINE_BUSY,
+          "rank 1's first put is not BUSY");
+    CHECK(ctl->qps_created == q0 + 2, "the first posts made %d QPs, expected 2", ctl->qps_created - q0);
+    dion_status_t st0 = post_until(e[0], e[1], 1, ms0, s0, &kd1, 300, 1);
+    dion_status_t st1 = post_until(e[1], e[0], 0, ms1, s1, &kd0, 200, 2);
+    CHECK(st0 == DION_SUCCESS && st1 == DION_SUCCESS, "puts after the handshake: %d %d: %s", st0, st1,
+          dion_last_error());
+    CHECK(ctl->qps_created == q0 + 2, "crossing handshakes made %d QPs, expected 2", ctl->qps_created - q0);
+    dion__engine_cqe_t cq[2];
+    CHECK(drain(e[0], cq, 1) == 1 && cq[0].cookie == 1 && cq[0].status == DION_SUCCESS,
+          "rank 0's completion");
+    CHECK(drain(e[1], cq, 1) == 1 && cq[0].cookie == 2 && cq[0].status == DION_SUCCESS,
+          "rank 1's completion");
+    CHECK(!memcmp(d1, s0, 300) && d1[300] == 0 && !memcmp(d0, s1, 200) && d0[200] == 0, "the puts' bytes");
+
+    /* the dead rank: BUSY while retrying, then the handshake's error naming it */
+    dion_status_t sd = post_until(e[0], NULL, 2, ms0, s0, &kd1, 8, 3);
+    CHECK(sd == DION_ERR_NETWORK && strstr(dion_last_error(), "rank 2") &&
+              strstr(dion_last_error(), "on-demand connection"),
+          "post to the dead rank: %d: %s", sd, dion_last_error());
+    CHECK(E->put(e[0], 2, ms0, s0, &kd1, 0, 8, 0, 4) == DION_ERR_NETWORK, "a later post to the dead rank");
+    CHECK(E->pending(e[0], -1) == 0, "nothing pending after the failed handshake");
+    E->mem_dereg(e[0], ms0), E->mem_dereg(e[1], ms1), E->mem_dereg(e[0], md0), E->mem_dereg(e[1], md1);
+    CHECK(ctl->qps_created == q0 + 3, "QPs made: %d, expected 3 (the dead rank's included)",
+          ctl->qps_created - q0);
+out:
+    for (int r = 0; r < 3; r++)
+        if (e[r]) E->close(e[r]);
+    unsetenv("DION_IB_LIBRARY");
+    unsetenv("DION_IB_CONNECT");
+    unsetenv("DION_WAIT_TIMEOUT");
+    unsetenv("DION_BOOTSTRAP_IFNAME");
     if (h) dlclose(h);
 }

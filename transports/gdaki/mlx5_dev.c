@@ -249,42 +249,16 @@ static dion_status_t caps_read(dion__mlx5_t *m, uint8_t *out)
 
 static dion_status_t choose_gid(dion__mlx5_t *m)
 {
-    int n = m->pattr.gid_tbl_len > 0 ? m->pattr.gid_tbl_len : 0;
-    dion__verbs_gid_t *t = calloc(n ? (size_t)n : 1, sizeof *t);
-    if (!t) return dion__error_set(DION_ERR_NO_MEMORY, "gdaki/mlx5: no memory for a GID table of %d", n);
-    for (int i = 0; i < n; i++) {
-        t[i].type = -1;
-        struct ibv_gid_entry e;
-        if (m->sym.query_gid_ex) {
-            if (m->sym.query_gid_ex(m->ctx, m->port, (uint32_t)i, &e, 0, sizeof e) == 0) {
-                memcpy(t[i].raw, e.gid.raw, 16);
-                t[i].type = (int)e.gid_type;
-            }
-            continue; /* an empty entry answers ENODATA: left zero */
-        }
-        union ibv_gid g;
-        if (m->sym.query_gid(m->ctx, m->port, i, &g) == 0) memcpy(t[i].raw, g.raw, 16);
-        char path[512], text[64] = "";
-        snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/gid_attrs/types/%d", m->devname,
-                 m->port, i);
-        FILE *f = fopen(path, "r");
-        if (f) {
-            if (!fgets(text, sizeof text, f)) text[0] = 0;
-            fclose(f);
-        }
-        t[i].type = m->pattr.link_layer == IBV_LINK_LAYER_ETHERNET ? dion__verbs_gid_type_parse(text)
-                                                                   : IBV_GID_TYPE_IB;
-    }
+    dion__verbs_gid_src_t src = {m->ctx,           m->devname,          m->port, m->pattr.gid_tbl_len,
+                                 m->sym.query_gid, m->sym.query_gid_ex, NULL};
+    dion__verbs_gid_pick_t pick;
     char why[512];
-    int idx = dion__verbs_gid_choose(t, n, m->pattr.link_layer, m->cfg.gid_index, why, sizeof why);
-    if (idx == -2) {
-        free(t);
-        return dion__error_set(DION_ERR_UNSUPPORTED, "gdaki/mlx5: %s port %u: %s", m->devname, m->port, why);
-    }
-    m->gid_index = idx;
-    m->gid_type = n ? t[idx >= 0 ? idx : 0].type : -1;
-    if (n) memcpy(m->gid, t[idx >= 0 ? idx : 0].raw, 16);
-    free(t);
+    dion_status_t s =
+        dion__verbs_gid_read(&src, m->pattr.link_layer, m->cfg.gid_index, &pick, why, sizeof why);
+    if (s) return dion__error_set(s, "gdaki/mlx5: %s port %u: %s", m->devname, m->port, why);
+    m->gid_index = pick.index;
+    m->gid_type = pick.type;
+    if (m->pattr.gid_tbl_len > 0) memcpy(m->gid, pick.raw, 16);
     static const int mtu_bytes[] = {0, 256, 512, 1024, 2048, 4096};
     int mtu = m->pattr.active_mtu >= 1 && m->pattr.active_mtu <= 5 ? mtu_bytes[m->pattr.active_mtu] : 0;
     snprintf(m->desc, sizeof m->desc, "%s port %u, %s, %s, LID 0x%x, MTU %d, DEVX", m->devname, m->port,

@@ -16,7 +16,7 @@
 #include "dion/dion.h"
 
 /* Raised when a slot changes meaning or the structs below change layout. */
-#define DION__ENGINE_VERSION 2
+#define DION__ENGINE_VERSION 3
 
 /* A post that could not be accepted right now: every operation slot is in use. Nothing was posted; poll,
  * then post again. Not an error and no sentence is set. */
@@ -43,6 +43,9 @@ typedef struct {
     uint32_t max_ops;
     uint64_t max_msg;     /* largest single put/get, bytes */
     uint32_t api_version; /* the engine library's version, e.g. FI_VERSION(1, 17) */
+    int connect_ondemand; /* 1: an engine with peer_addr_bytes connects each peer at its first post instead
+                             (verbs, DION_IB_CONNECT): the caller exchanges one address per rank through
+                             address/connect, and posts to a peer return BUSY until its connection is up */
 } dion__engine_caps_t;
 
 /* This rank's address, as the bootstrap exchanges it (allgather of fixed-size blobs). */
@@ -106,19 +109,21 @@ typedef struct dion__engine_ops {
                           size_t why_cap);
     /* Fills caps. Does not block. */
     void (*query)(dion__engine_t *e, dion__engine_caps_t *caps);
-    /* This rank's address for the bootstrap exchange. Does not block. NULL when peer_addr_bytes is set. */
+    /* This rank's address for the bootstrap exchange. Does not block. Used when peer_addr_bytes is 0 or
+     * caps.connect_ondemand is 1. */
     dion_status_t (*address)(dion__engine_t *e, dion__engine_addr_t *out);
     /* Makes every rank addressable as a peer, given all ranks' addresses (all[rank], own included).
      * Collective in spirit: every rank calls it with the same array. May block briefly (address vector
      * insertion); connections themselves may be made lazily on first use, never waited on here. */
     dion_status_t (*connect)(dion__engine_t *e, const dion__engine_addr_t *all, int nranks);
 
-    /* Engines with one connection per peer (verbs: an RC QP each) use these instead of address/connect; 0 and
-     * NULL for the others. Every rank builds a row of nranks entries of peer_addr_bytes (its address towards
-     * each peer it will talk to, zeros for the others), the rows are allgathered, and each rank connects to
-     * peer p with p's entry for it. peer_address may create the connection's local end (a QP in INIT): it
-     * blocks for the device's firmware (about 100 us each on NICs). peer_connect makes it ready to post
-     * (RTR, RTS); the peer need not have connected yet. Both: sentence on failure. */
+    /* Engines with one connection per peer (verbs: an RC QP each) use these instead of address/connect,
+     * unless caps.connect_ondemand says they connect at first use; 0 and NULL for the others. Every rank
+     * builds a row of nranks entries of peer_addr_bytes (its address towards each peer it will talk to, zeros
+     * for the others), the rows are allgathered, and each rank connects to peer p with p's entry for it.
+     * peer_address may create the connection's local end (a QP in INIT): it blocks for the device's firmware
+     * (about 100 us each on NICs). peer_connect makes it ready to post (RTR, RTS); the peer need not have
+     * connected yet. Both: sentence on failure. */
     uint32_t peer_addr_bytes;
     dion_status_t (*peer_address)(dion__engine_t *e, int peer, uint8_t *out);
     dion_status_t (*peer_connect)(dion__engine_t *e, int peer, const uint8_t *theirs);

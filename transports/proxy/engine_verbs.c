@@ -230,42 +230,15 @@ static dion_status_t choose_device(dion__verbs_t *v)
 
 static dion_status_t choose_gid(dion__verbs_t *v)
 {
-    int n = v->pattr.gid_tbl_len > 0 ? v->pattr.gid_tbl_len : 0;
-    dion__verbs_gid_t *t = calloc(n ? (size_t)n : 1, sizeof *t);
-    if (!t) return dion__error_set(DION_ERR_NO_MEMORY, "proxy/verbs: no memory for a GID table of %d", n);
-    for (int i = 0; i < n; i++) {
-        t[i].type = -1;
-        struct ibv_gid_entry e;
-        if (v->ibv.query_gid_ex) {
-            if (v->ibv.query_gid_ex(v->dev, v->port, (uint32_t)i, &e, 0, sizeof e) == 0) {
-                memcpy(t[i].raw, e.gid.raw, 16);
-                t[i].type = (int)e.gid_type;
-            }
-            continue; /* an empty entry answers ENODATA: left zero */
-        }
-        union ibv_gid g;
-        if (v->ibv.query_gid(v->dev, v->port, i, &g) == 0) memcpy(t[i].raw, g.raw, 16);
-        char path[512], text[64] = "";
-        snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/gid_attrs/types/%d", v->devname,
-                 v->port, i);
-        FILE *f = fopen(path, "r");
-        if (f) {
-            if (!fgets(text, sizeof text, f)) text[0] = 0;
-            fclose(f);
-        }
-        t[i].type = v->pattr.link_layer == IBV_LINK_LAYER_ETHERNET ? dion__verbs_gid_type_parse(text)
-                                                                   : IBV_GID_TYPE_IB;
-    }
+    dion__verbs_gid_src_t src = {v->dev,           v->devname,          v->port, v->pattr.gid_tbl_len,
+                                 v->ibv.query_gid, v->ibv.query_gid_ex, NULL};
+    dion__verbs_gid_pick_t pick;
     char why[512];
-    int idx = dion__verbs_gid_choose(t, n, v->pattr.link_layer, v->cfg.gid_index, why, sizeof why);
-    if (idx == -2) {
-        free(t);
-        return dion__error_set(DION_ERR_UNSUPPORTED, "proxy/verbs: %s port %u: %s", v->devname, v->port, why);
-    }
-    v->gid_index = idx;
-    /* The blob always carries a GID (IB: entry 0) so that a peer that routes with a GRH has one. */
-    memcpy(v->gid.raw, t[idx >= 0 ? idx : 0].raw, 16);
-    free(t);
+    dion_status_t s =
+        dion__verbs_gid_read(&src, v->pattr.link_layer, v->cfg.gid_index, &pick, why, sizeof why);
+    if (s) return dion__error_set(s, "proxy/verbs: %s port %u: %s", v->devname, v->port, why);
+    v->gid_index = pick.index;
+    memcpy(v->gid.raw, pick.raw, 16);
     static const int mtu_bytes[] = {0, 256, 512, 1024, 2048, 4096};
     int mtu = v->pattr.active_mtu >= 1 && v->pattr.active_mtu <= 5 ? mtu_bytes[v->pattr.active_mtu] : 0;
     snprintf(v->desc, sizeof v->desc, "%s port %u, %s, %s, LID 0x%x, MTU %d", v->devname, v->port,

@@ -191,6 +191,27 @@ typedef struct {
  */
 int dion__verbs_gid_choose(const dion__verbs_gid_t *table, int n, int link_layer, int forced, char *why,
                            size_t cap);
+/* One reader of a port's GID table for both verbs users (proxy/verbs and gdaki/mlx5): each entry from
+ * query_gid_ex (rdma-core 36+, with its type) when given, else from query_gid with the RoCE version read from
+ * <sysroot>/sys/class/infiniband/<dev>/ports/<port>/gid_attrs/types/<i> (IB: IBV_GID_TYPE_IB); then
+ * dion__verbs_gid_choose. DION_ERR_UNSUPPORTED (no usable entry) or DION_ERR_NO_MEMORY with why filled and no
+ * sentence set: the caller names itself in its own. */
+typedef struct {
+    struct ibv_context *ctx;
+    const char *devname;
+    uint8_t port;
+    int tbl_len; /* the port's gid_tbl_len */
+    int (*query_gid)(struct ibv_context *, uint8_t, int, union ibv_gid *);
+    int (*query_gid_ex)(struct ibv_context *, uint32_t, uint32_t, struct ibv_gid_entry *, uint32_t, size_t);
+    const char *sysroot; /* NULL or "": the real /sys (tests pass a directory) */
+} dion__verbs_gid_src_t;
+typedef struct {
+    int index;       /* dion__verbs_gid_choose's answer: >= 0, or -1 for "address by LID" */
+    uint8_t raw[16]; /* the chosen entry (entry 0 when by LID; zero when the table is empty) */
+    int type;        /* its enum ibv_gid_type, -1 when unknown or none */
+} dion__verbs_gid_pick_t;
+dion_status_t dion__verbs_gid_read(const dion__verbs_gid_src_t *src, int link_layer, int forced,
+                                   dion__verbs_gid_pick_t *out, char *why, size_t cap);
 /* "RoCE v2\n" -> IBV_GID_TYPE_ROCE_V2; "IB/RoCE v1" -> IBV_GID_TYPE_ROCE_V1; else -1 (sysfs gid_attrs/types).
  */
 int dion__verbs_gid_type_parse(const char *text);

@@ -5,10 +5,13 @@
  * is correct because the proxy executes each ring in order and a QP keeps (and strengthens) that order; it is
  * what docs/multihost.md's scale model recommends over a QP per (context, peer).
  *
- * Connection is eager: at comm creation each rank creates its QPs, the per-peer blobs (QP number, PSN, LID,
- * GID, MTU) travel in one allgather, and each rank connects its QPs; no QP waits for its peer's (RC accepts
- * packets once the responder is in RTR, and both ends are before the first command can be posted, since
- * comm creation ends with an agreement).
+ * Connection, DION_IB_CONNECT (vx_connect_mode). Eager: at comm creation each rank creates its QPs, the
+ * per-peer blobs (QP number, PSN, LID, GID, MTU) travel in one allgather, and each rank connects its QPs; no
+ * QP waits for its peer's (RC accepts packets once the responder is in RTR, and both ends are before the
+ * first command can be posted, since comm creation ends with an agreement). On demand: only each rank's
+ * listener address travels at comm creation (address/connect); a post to a peer without a ready QP starts the
+ * handshake of verbs_cm.h and returns BUSY until it completed, so the proxy posts the command again after
+ * polling, and poll drives the handshakes (also those that peers start with this rank).
  *
  * Operations: put = RDMA WRITE, get = RDMA READ, fetch-add and compare-swap = 8-byte ATOMICs whose old value
  * lands in a registered word of this engine's operation table, ADD signal = ATOMIC fetch-add, SET signal = an
@@ -25,6 +28,7 @@
 
 #include "engine_verbs.h"
 #include "src/cuda.h"
+#include "verbs_cm.h"
 
 #define VX_MAX_MSG 0x80000000ull /* a verbs message is at most 2^31 bytes */
 
@@ -46,6 +50,8 @@ typedef struct {
     uint32_t *pend; /* [nranks] posted, not yet polled */
     uint32_t pend_all;
     uint32_t polls;
+    dion__vcm_t *cm; /* on-demand connection (verbs_cm.h); NULL: eager, through peer_address/peer_connect */
+    uint8_t cm_addr[DION__VCM_ADDR_BYTES];
 } vx_t;
 
 static vx_t *vx(dion__engine_t *e)
@@ -58,6 +64,7 @@ static void vx_close(dion__engine_t *e)
     vx_t *x = vx(e);
     if (!x) return;
     if (x->res_mr) dion__verbs_mem_dereg(x->v, x->res_mr);
+    dion__vcm_close(x->cm);
     dion__verbs_close(x->v);
     free(x->res);
     free(x->ops);
@@ -93,6 +100,25 @@ static int vx_gpu_probe(vx_t *x, int device)
     if (p) cudaFree(p);
     if (prev >= 0) cudaSetDevice(prev);
     return ok;
+}
+
+/* DION_IB_CONNECT: eager (QPs to every peer at comm creation), ondemand (verbs_cm.h), or auto (eager up to
+ * DION_IB_EAGER_MAX_RANKS ranks, the range docs/multihost.md's scale model finds cheap, on demand above). On
+ * demand opens the listener whose address the proxy exchanges through engine.h's address/connect. */
+static dion_status_t vx_connect_mode(vx_t *x)
+{
+    int mode = 0;
+    long long eager_max = 0;
+    uint64_t timeout = 0;
+    dion_status_t s = dion__cfg_enum("DION_IB_CONNECT", &mode);
+    if (s == DION_SUCCESS) s = dion__cfg_int("DION_IB_EAGER_MAX_RANKS", 1, 1 << 24, &eager_max);
+    if (s == DION_SUCCESS) s = dion__cfg_duration_ns("DION_WAIT_TIMEOUT", &timeout);
+    if (s == DION_SUCCESS && !timeout) s = dion__cfg_duration_ns("DION_BOOTSTRAP_TIMEOUT", &timeout);
+    if (s != DION_SUCCESS) return s;
+    if (mode == 1 || (mode == 0 && x->nranks <= eager_max)) return DION_SUCCESS;
+    DION_LOG(DION_LOG_INFO, "proxy/verbs: QPs are connected on demand (DION_IB_CONNECT=%s, %d ranks)",
+             mode == 2 ? "ondemand" : "auto", x->nranks);
+    return dion__vcm_open(x->v, x->rank, x->nranks, timeout ? timeout : 60000000000ull, &x->cm, x->cm_addr);
 }
 
 static dion_status_t vx_open(const dion__engine_open_args_t *a, dion__engine_t **out, char *why, size_t cap)
@@ -140,6 +166,11 @@ static dion_status_t vx_open(const dion__engine_open_args_t *a, dion__engine_t *
         return s;
     }
     if (x->cuda) x->cuda = vx_gpu_probe(x, a->cuda_device);
+    if (x->nranks > 1 && (s = vx_connect_mode(x)) != DION_SUCCESS) {
+        snprintf(why, cap, "%s", dion_last_error());
+        vx_close((dion__engine_t *)(void *)x);
+        return s;
+    }
     *out = (dion__engine_t *)(void *)x;
     return DION_SUCCESS;
 }
@@ -163,6 +194,41 @@ static void vx_query(dion__engine_t *e, dion__engine_caps_t *c)
     c->max_ops = x->nops;
     c->max_msg = VX_MAX_MSG;
     c->api_version = 0;
+    c->connect_ondemand = x->cm != NULL;
+}
+
+/* On demand: this rank's listener address; the proxy allgathers it and hands every rank's to vx_connect. */
+static dion_status_t vx_address(dion__engine_t *e, dion__engine_addr_t *out)
+{
+    vx_t *x = vx(e);
+    memset(out, 0, sizeof *out);
+    if (!x->cm) return dion__error_set(DION_ERR_INTERNAL, "verbs address: the engine connects eagerly");
+    out->len = DION__VCM_ADDR_BYTES;
+    out->engine_version = DION__ENGINE_VERSION;
+    memcpy(out->bytes, x->cm_addr, DION__VCM_ADDR_BYTES);
+    return DION_SUCCESS;
+}
+
+static dion_status_t vx_connect(dion__engine_t *e, const dion__engine_addr_t *all, int nranks)
+{
+    vx_t *x = vx(e);
+    if (!x->cm) return dion__error_set(DION_ERR_INTERNAL, "verbs connect: the engine connects eagerly");
+    uint8_t *flat = calloc((size_t)(nranks > 0 ? nranks : 1), DION__VCM_ADDR_BYTES);
+    if (!flat) return dion__error_set(DION_ERR_NO_MEMORY, "verbs connect: out of memory");
+    for (int r = 0; r < nranks; r++) {
+        if (all[r].engine_version != DION__ENGINE_VERSION || all[r].len != DION__VCM_ADDR_BYTES) {
+            free(flat);
+            return dion__error_set(
+                DION_ERR_INTERNAL,
+                "verbs connect: rank %d's address is not an on-demand verbs address (engine "
+                "version %u, %u bytes): does every rank set the same DION_IB_CONNECT?",
+                r, all[r].engine_version, all[r].len);
+        }
+        memcpy(flat + (size_t)r * DION__VCM_ADDR_BYTES, all[r].bytes, DION__VCM_ADDR_BYTES);
+    }
+    dion_status_t s = dion__vcm_peers(x->cm, flat, nranks);
+    free(flat);
+    return s;
 }
 
 static dion_status_t vx_peer_address(dion__engine_t *e, int peer, uint8_t *out)
@@ -217,6 +283,7 @@ static dion_status_t vx_check(vx_t *x, const char *what, int peer, const dion__e
                                "of bounds (or beyond the 2 GiB a verbs message carries)",
                                what, (unsigned long long)bytes, (unsigned long long)roff, peer,
                                (unsigned long long)rk->len);
+    if (x->cm) return dion__vcm_ready(x->cm, peer); /* BUSY while the handshake runs; it starts here */
     if (!dion__verbs_connected(x->v, 0, peer))
         return dion__error_set(DION_ERR_INTERNAL, "verbs %s: no connected QP to rank %d", what, peer);
     return DION_SUCCESS;
@@ -312,6 +379,7 @@ static int vx_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
     if (max > 32) max = 32;
     /* fatal QP, port and device events: read now and then (a syscall each time on a real device) */
     if ((++x->polls & 255u) == 0) dion__verbs_async_poll(x->v);
+    if (x->cm) dion__vcm_progress(x->cm); /* handshakes: ours and those peers start with us */
     int n = dion__verbs_poll(x->v, 0, vc, max);
     if (n < 0) return -1;
     for (int i = 0; i < n; i++) {
@@ -341,8 +409,8 @@ const dion__engine_ops_t dion__engine_verbs = {
     .name = "verbs",
     .open = vx_open,
     .query = vx_query,
-    .address = NULL,
-    .connect = NULL,
+    .address = vx_address,
+    .connect = vx_connect,
     .peer_addr_bytes = DION__VERBS_ADDR_BYTES,
     .peer_address = vx_peer_address,
     .peer_connect = vx_peer_connect,

@@ -615,7 +615,7 @@ static dion_status_t dion__px_connect(dion__pxc_t *pc, dion_status_t st)
     dion_comm_t c = pc->comm;
     int n = c->nranks;
     dion_status_t ag;
-    if (!pc->E->peer_addr_bytes) {
+    if (!pc->E->peer_addr_bytes || pc->caps.connect_ondemand) { /* verbs on demand: its listener's address */
         dion__engine_addr_t me, *all = calloc((size_t)n, sizeof *all);
         memset(&me, 0, sizeof me);
         if (!all && st == DION_SUCCESS) st = dion__error(DION_ERR_NO_MEMORY, "out of memory");

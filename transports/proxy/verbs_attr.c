@@ -239,6 +239,59 @@ int dion__verbs_gid_choose(const dion__verbs_gid_t *table, int n, int link_layer
     return best;
 }
 
+dion_status_t dion__verbs_gid_read(const dion__verbs_gid_src_t *src, int link_layer, int forced,
+                                   dion__verbs_gid_pick_t *out, char *why, size_t cap)
+{
+    int n = src->tbl_len > 0 ? src->tbl_len : 0;
+    memset(out, 0, sizeof *out);
+    out->type = -1;
+    dion__verbs_gid_t *t = calloc(n ? (size_t)n : 1, sizeof *t);
+    if (!t) {
+        snprintf(why, cap, "no memory for a GID table of %d entries", n);
+        return DION_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < n; i++) {
+        t[i].type = -1;
+        struct ibv_gid_entry e;
+        if (src->query_gid_ex) {
+            if (src->query_gid_ex(src->ctx, src->port, (uint32_t)i, &e, 0, sizeof e) == 0) {
+                memcpy(t[i].raw, e.gid.raw, 16);
+                t[i].type = (int)e.gid_type;
+            }
+            continue; /* an empty entry answers ENODATA: left zero */
+        }
+        union ibv_gid g;
+        if (src->query_gid && src->query_gid(src->ctx, src->port, i, &g) == 0) memcpy(t[i].raw, g.raw, 16);
+        if (link_layer != IBV_LINK_LAYER_ETHERNET) {
+            t[i].type = IBV_GID_TYPE_IB;
+            continue;
+        }
+        /* without query_gid_ex (rdma-core before 36) the entry's RoCE version is only in sysfs */
+        char path[512], text[64] = "";
+        snprintf(path, sizeof path, "%s/sys/class/infiniband/%s/ports/%u/gid_attrs/types/%d",
+                 src->sysroot ? src->sysroot : "", src->devname, src->port, i);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (!fgets(text, sizeof text, f)) text[0] = 0;
+            fclose(f);
+        }
+        t[i].type = dion__verbs_gid_type_parse(text);
+    }
+    int idx = dion__verbs_gid_choose(t, n, link_layer, forced, why, cap);
+    if (idx == -2) {
+        free(t);
+        return DION_ERR_UNSUPPORTED;
+    }
+    out->index = idx;
+    if (n) { /* the blob always carries a GID (IB by LID: entry 0) so that a peer routing with a GRH has one
+              */
+        memcpy(out->raw, t[idx >= 0 ? idx : 0].raw, 16);
+        out->type = t[idx >= 0 ? idx : 0].type;
+    }
+    free(t);
+    return DION_SUCCESS;
+}
+
 /* ---- work requests ---- */
 
 static void wr_common(dion__verbs_wr_t *w, uint64_t wr_id, enum ibv_wr_opcode op, uint64_t laddr,
