@@ -10,7 +10,9 @@
  * order (tx msg_order FI_ORDER_WAW, RAW, ...). libfabric promises header order, and data order only for
  *    overlapping locations, so auto uses this only for providers whose data placement is known to follow
  *    header order (tcp: one byte stream per peer, a write's payload is in memory before the next header is
- *    read). Where a needed bit is missing the operation is held as in wait.
+ *    read; shm in its ordered mode, see choose()). Where a needed bit is missing the operation is held as in
+ *    wait. shm also drops FI_DELIVERY_COMPLETE on writes and confirms them by a later fetch (flush mode,
+ *    ofi.h, docs/backends/proxy.md).
  *  - fence: the provider has FI_FENCE; the ordered operation carries it when earlier ones are in flight. Only
  *    when DION_OFI_ORDER=fence: the one provider here with FI_FENCE (sockets) stalled with it.
  *  - wait: the ordered operation is held in a per-peer queue until every earlier operation to that peer has

@@ -176,6 +176,8 @@ static void ready_push(dion__engine_t *e, op_t *o, dion_status_t st)
 static void settle(dion__engine_t *e, peer_t *p, uint64_t below, dion_status_t st)
 {
     if (st == DION_SUCCESS && below > p->delivered) p->delivered = below;
+    /* a fetch that failed covers nothing: writes whose completions come later need a flush of their own */
+    if (st != DION_SUCCESS && p->cover == below) p->cover = 0;
     uint32_t *link = &p->shead;
     p->smax = 0;
     while (*link != OFI_NONE) {
