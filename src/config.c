@@ -190,7 +190,8 @@ const dion__cfg_entry_t dion__cfg_table[] = {
     {"DION_OFI_ORDER", DION_CFG_ENUM, "auto", "auto|msg_order|fence|wait",
      "How the ofi engine keeps a signal behind its data. msg_order: the provider's message order "
      "(FI_ORDER_WAW...); fence: FI_FENCE; wait: hold the signal until earlier operations to that peer "
-     "completed. auto: msg_order for tcp, else wait.",
+     "completed. auto: msg_order for tcp, and for shm where it grants FI_ORDER_WAW and FI_ORDER_RAW (shm's "
+     "writes then go without FI_DELIVERY_COMPLETE and a later fetch to the peer confirms them), else wait.",
      NULL},
     {"DION_OFI_OP_TIMEOUT", DION_CFG_DURATION, "30s", NULL,
      "An ofi operation without a completion after this long is reported as failed (DION_ERR_TIMEOUT), so "

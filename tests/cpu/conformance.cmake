@@ -23,7 +23,8 @@ foreach(n 2 3 4)
   # every put_signal crosses tcp and two proxy threads: alone on the 2 cores they take seconds, not minutes
   set_tests_properties(conf_cpu_proxy_${n} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
-# And over libfabric's shm provider (ordering by waiting for the data's completion: the engine's "wait" mode).
+# And over libfabric's shm provider (its message order, writes confirmed by a later fetch: the engine's
+# "msg_order+flush" mode; docs/backends/proxy.md).
 foreach(n 2 3)
   dion_test(NAME conf_cpu_proxy_shm_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
             LABELS "host;cpu" TIMEOUT 240 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DT_STREAM_COUNT=2000")
@@ -34,12 +35,16 @@ endforeach()
 dion_test(NAME conf_cpu_proxy_peerfail COMMAND $<TARGET_FILE:conformance_cpu> peerfail_stream 3
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp")
 # The random-size put_signal stress (1 B..1 MiB, random offsets, data checked at every signal): p2p, and the
-# proxy over tcp.
+# proxy over tcp and shm.
 dion_test(NAME conf_cpu_stress_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> stress
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DT_STRESS_COUNT=200")
 dion_test(NAME conf_cpu_proxy_stress_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> stress
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DT_STRESS_COUNT=200")
 set_tests_properties(conf_cpu_proxy_stress_2 PROPERTIES RUN_SERIAL TRUE)
+# The same over shm: its message order carries the signal behind data of every size (inline, inject, CMA).
+dion_test(NAME conf_cpu_proxy_stress_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> stress
+          LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DT_STRESS_COUNT=200")
+set_tests_properties(conf_cpu_proxy_stress_shm_2 PROPERTIES RUN_SERIAL TRUE)
 # Every window staged through host shadows and notices (DION_PROXY_STAGING=always), as GPU windows are where
 # the provider cannot register GPU memory: the suite, 2 and 3 ranks over tcp, 2 over shm, and the stress. Every
 # staged put takes one more hop (the owner's proxy applies it): on the shared 2-core CI machine at load ~80 one

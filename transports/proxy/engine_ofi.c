@@ -10,7 +10,9 @@
  * order (tx msg_order FI_ORDER_WAW, RAW, ...). libfabric promises header order, and data order only for
  *    overlapping locations, so auto uses this only for providers whose data placement is known to follow
  *    header order (tcp: one byte stream per peer, a write's payload is in memory before the next header is
- *    read). Where a needed bit is missing the operation is held as in wait.
+ *    read; shm in its ordered mode, see choose()). Where a needed bit is missing the operation is held as in
+ *    wait. shm also drops FI_DELIVERY_COMPLETE on writes and confirms them by a later fetch (flush mode,
+ *    ofi.h, docs/backends/proxy.md).
  *  - fence: the provider has FI_FENCE; the ordered operation carries it when earlier ones are in flight. Only
  *    when DION_OFI_ORDER=fence: the one provider here with FI_FENCE (sockets) stalled with it.
  *  - wait: the ordered operation is held in a per-peer queue until every earlier operation to that peer has
@@ -27,6 +29,10 @@
 #include "ofi.h"
 
 static const char *const order_names[] = {"msg_order", "fence", "wait"};
+
+/* Flush mode: the end of the address blob carries the flush word (magic, address, key). */
+#define FLUSH_TRAILER 24
+#define FLUSH_MAGIC   0x48534c46504f4944ull /* "DIOPFLSH" */
 
 /* ---- small helpers ---- */
 
@@ -159,15 +165,24 @@ static dion_status_t choose(dion__engine_t *e, int want_cuda, int order_env, cha
     e->mr_mode = best->domain_attr->mr_mode;
     e->msg_order = best->tx_attr->msg_order;
     int fence_ok = (best->caps & FI_FENCE) != 0;
+    int shm = strcmp(pname, "shm") == 0;
     if (order_env >= 0)
         e->order = order_env == ORDER_FENCE && !fence_ok ? ORDER_WAIT : order_env;
-    else
-        e->order = tcp ? ORDER_MSG : ORDER_WAIT; /* fence: not yet seen working on any provider (docs) */
+    else /* fence: not yet seen working on any provider (docs) */
+        e->order = tcp || (shm && (e->msg_order & FI_ORDER_WAW)) ? ORDER_MSG : ORDER_WAIT;
+    /* shm grants FI_ORDER_WAW/RAW only in its mode where every operation goes through the peer's command
+     * queue, and it places a write's data while processing its header (inline and inject data, CMA and mmap
+     * copies; a segmented (SAR) transfer holds back every later operation to that peer until it is done). So
+     * a fetching operation that the peer processed confirms every earlier write: writes can go without
+     * FI_DELIVERY_COMPLETE (which turns every small shm write into a SAR transfer, one per peer at a time)
+     * and be confirmed by the next fetch, the engine's own when no other comes (flush mode). */
+    e->flush = shm && e->order == ORDER_MSG &&
+               (e->msg_order & (FI_ORDER_WAW | FI_ORDER_RAW)) == (FI_ORDER_WAW | FI_ORDER_RAW);
     /* libfabric 1.17's shm crashes in its progress engine when fi_atomicmsg carries FI_DELIVERY_COMPLETE
      * (seen here), and without it an add or set completes before the target applied it. Fetching atomics
      * complete only once applied (fi_atomic(3)), so there add and set go as fetching atomics. Also where
      * the provider grants no delivery completion at all. */
-    e->fetch_updates = !e->delivery || strcmp(pname, "shm") == 0;
+    e->fetch_updates = !e->delivery || shm;
     if (order_env == ORDER_FENCE && !fence_ok)
         DION_LOG(DION_LOG_WARN, "ofi: DION_OFI_ORDER=fence but provider %s has no FI_FENCE; using wait",
                  pname);
@@ -267,7 +282,8 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
     else if (fi_compare_atomicvalid(e->ep, FI_UINT64, FI_CSWAP, &cnt) || !cnt)
         missing = "compare-and-swap";
     else if (e->fetch_updates && (fi_fetch_atomicvalid(e->ep, FI_UINT64, FI_ATOMIC_WRITE, &cnt) || !cnt))
-        e->fetch_updates = 0; /* keep plain add and set */
+        e->fetch_updates = 0;                       /* keep plain add and set */
+    if (missing || !e->fetch_updates) e->flush = 0; /* flushes are fetch-adds; shm's signals must fetch */
     /* Whether every completion (atomics included) means the result is in the target's memory. */
     e->delivered = e->fetch_updates || (e->delivery && strcmp(dion__ofi_prov_name(i), "shm") != 0);
     if (missing) {
@@ -294,14 +310,32 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         step = "fi_mr_reg(operation table)";
         if ((rc = mr_register(e, e->ops, bytes, DION__ENGINE_MEM_HOST, &e->ops_mr))) goto fi_err;
     }
-    DION_LOG(DION_LOG_INFO,
-             "ofi: provider %s, domain %s, libfabric %u.%u (%s), order %s (msg_order %#llx), %s completion, "
-             "mr_mode %#llx, "
-             "GPU memory %s, %u slots",
-             dion__ofi_prov_name(i), i->domain_attr->name ? i->domain_attr->name : "?", FI_MAJOR(lib),
-             FI_MINOR(lib), fi->path, order_names[e->order], (unsigned long long)e->msg_order,
-             e->delivered ? "delivery" : "transmit", (unsigned long long)e->mr_mode,
-             e->cuda_mem ? "registered (FI_HMEM)" : "staged", nops);
+    e->ready = calloc(nops + 1u, sizeof *e->ready);
+    e->want = calloc((size_t)a->nranks, sizeof *e->want);
+    if (!e->ready || !e->want) {
+        snprintf(why, cap, "ofi engine: out of memory for %u operation slots", nops);
+        s = DION_ERR_NO_MEMORY;
+        goto fail;
+    }
+    if (e->flush) { /* the word peers fetch-add 0 on to confirm their writes */
+        if (posix_memalign((void **)&e->fword, 64, 64)) {
+            snprintf(why, cap, "ofi engine: out of memory");
+            s = DION_ERR_NO_MEMORY;
+            goto fail;
+        }
+        memset(e->fword, 0, 64);
+        step = "fi_mr_reg(flush word)";
+        if ((rc = mr_register(e, e->fword, 64, DION__ENGINE_MEM_HOST, &e->fword_mr))) goto fi_err;
+    }
+    DION_LOG(
+        DION_LOG_INFO,
+        "ofi: provider %s, domain %s, libfabric %u.%u (%s), order %s (msg_order %#llx), %s completion%s, "
+        "mr_mode %#llx, "
+        "GPU memory %s, %u slots",
+        dion__ofi_prov_name(i), i->domain_attr->name ? i->domain_attr->name : "?", FI_MAJOR(lib),
+        FI_MINOR(lib), fi->path, order_names[e->order], (unsigned long long)e->msg_order,
+        e->delivered ? "delivery" : "transmit", e->flush ? " (writes confirmed by a later fetch)" : "",
+        (unsigned long long)e->mr_mode, e->cuda_mem ? "registered (FI_HMEM)" : "staged", nops);
     *out = e;
     return DION_SUCCESS;
 
@@ -322,14 +356,16 @@ static void ofi_close(dion__engine_t *e)
         DION_LOG(DION_LOG_WARN, "ofi: engine closed with %d registrations still live", e->live_mrs);
     if (e->ep)
         DION_LOG(DION_LOG_INFO,
-                 "ofi: closing; %llu posts (%llu held for order, %llu waited for provider resources), "
-                 "%llu CQ reads (%llu empty) returned %llu completions",
+                 "ofi: closing; %llu posts (%llu held for order, %llu waited for provider resources, "
+                 "%llu flushes), %llu CQ reads (%llu empty) returned %llu completions",
                  (unsigned long long)e->n_posts, (unsigned long long)e->n_held,
-                 (unsigned long long)e->busy_posts, (unsigned long long)e->n_cq_reads,
-                 (unsigned long long)e->n_cq_empty, (unsigned long long)e->n_cqes);
+                 (unsigned long long)e->busy_posts, (unsigned long long)e->n_flushes,
+                 (unsigned long long)e->n_cq_reads, (unsigned long long)e->n_cq_empty,
+                 (unsigned long long)e->n_cqes);
     /* bound objects before what they are bound to: MRs (FI_MR_ENDPOINT) before the endpoint, the endpoint
      * before its queues and address vector */
     if (e->ops_mr.mr) fi_close(&e->ops_mr.mr->fid);
+    if (e->fword_mr.mr) fi_close(&e->fword_mr.mr->fid);
     if (e->ep) fi_close(&e->ep->fid);
     if (e->cq) fi_close(&e->cq->fid);
     if (e->av) fi_close(&e->av->fid);
@@ -338,6 +374,9 @@ static void ofi_close(dion__engine_t *e)
     if (e->info) e->fi->freeinfo(e->info);
     free(e->ops);
     free(e->peers);
+    free(e->ready);
+    free(e->want);
+    free(e->fword);
     free(e);
 }
 
@@ -346,7 +385,7 @@ static void ofi_query(dion__engine_t *e, dion__engine_caps_t *c)
     memset(c, 0, sizeof *c);
     snprintf(c->provider, sizeof c->provider, "%s", dion__ofi_prov_name(e->info));
     snprintf(c->domain, sizeof c->domain, "%s", e->info->domain_attr->name ? e->info->domain_attr->name : "");
-    snprintf(c->order, sizeof c->order, "%s", order_names[e->order]);
+    snprintf(c->order, sizeof c->order, "%s%s", order_names[e->order], e->flush ? "+flush" : "");
     c->cuda_mem = e->cuda_mem;
     c->delivery_complete = e->delivered;
     c->manual_progress = e->info->domain_attr->data_progress != FI_PROGRESS_AUTO;
@@ -369,6 +408,13 @@ static dion_status_t ofi_address(dion__engine_t *e, dion__engine_addr_t *out)
     if (rc) return fi_fail(e, "fi_getname", rc);
     out->len = (uint32_t)len;
     out->engine_version = DION__ENGINE_VERSION;
+    /* flush mode: the flush word's address and key at the end of the blob (peers without it, or with a name
+     * too long to leave room, get writes with FI_DELIVERY_COMPLETE instead) */
+    if (e->flush && len <= DION__ENGINE_ADDR_MAX - FLUSH_TRAILER) {
+        uint64_t t[3] = {FLUSH_MAGIC, (e->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)e->fword : 0,
+                         fi_mr_key(e->fword_mr.mr)};
+        memcpy(out->bytes + DION__ENGINE_ADDR_MAX - FLUSH_TRAILER, t, sizeof t);
+    }
     return DION_SUCCESS;
 }
 
@@ -395,7 +441,14 @@ static dion_status_t ofi_connect(dion__engine_t *e, const dion__engine_addr_t *a
                                    "ofi connect: fi_av_insert of rank %d's address failed: %s", r,
                                    rc < 0 ? e->fi->strerror(-rc) : "address rejected");
         }
-        p[r].qhead = p[r].qtail = OFI_NONE;
+        p[r].qhead = p[r].qtail = p[r].shead = OFI_NONE;
+        uint64_t t[3];
+        memcpy(t, all[r].bytes + DION__ENGINE_ADDR_MAX - FLUSH_TRAILER, sizeof t);
+        if (e->flush && all[r].len <= DION__ENGINE_ADDR_MAX - FLUSH_TRAILER && t[0] == FLUSH_MAGIC) {
+            p[r].fvalid = 1;
+            p[r].faddr = t[1];
+            p[r].fkey = t[2];
+        }
     }
     e->peers = p;
     return DION_SUCCESS;

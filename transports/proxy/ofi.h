@@ -18,8 +18,10 @@
 
 enum { ORDER_MSG, ORDER_FENCE, ORDER_WAIT };
 
-/* ABANDONED: reported as timed out; the slot waits for the provider's late completion, if any. */
-enum { OP_FREE, OP_QUEUED, OP_INFLIGHT, OP_ABANDONED };
+/* ABANDONED: reported as timed out; the slot waits for the provider's late completion, if any. SENT (flush
+ * mode): a write the provider completed at transmit, waiting for a later fetching operation to its peer to
+ * confirm delivery. READY: its completion is decided and waits in the ready ring to be returned by poll. */
+enum { OP_FREE, OP_QUEUED, OP_INFLIGHT, OP_ABANDONED, OP_SENT, OP_READY };
 enum { OP_PUT, OP_GET, OP_AMO };
 enum { CLS_WRITE = 1, CLS_READ = 2 };
 
@@ -31,10 +33,14 @@ typedef struct {
     void *desc;
     uint64_t raddr, rkey, roff;
     uint64_t posted_ns;
+    uint64_t seq; /* submission number to its peer (flush mode) */
     size_t bytes;
     int peer;
-    uint32_t next; /* free list or the peer's queue */
+    dion_status_t status; /* READY: the completion's status */
+    uint32_t next;        /* free list, the peer's queue or its list of SENT writes */
     uint8_t state, kind, amo, cls, ordered;
+    uint8_t flushed;  /* a write posted without FI_DELIVERY_COMPLETE: a later fetch confirms it */
+    uint8_t internal; /* the engine's own flush: no completion for the caller */
 } op_t;
 
 typedef struct {
@@ -42,6 +48,15 @@ typedef struct {
     uint32_t inflight, writes,
         reads;                     /* posted, not completed; writes/reads by class (fetching atomics: both) */
     uint32_t qhead, qtail, queued; /* operations held back, in order */
+    /* flush mode (docs/backends/proxy.md, "shm"): */
+    uint64_t fkey, faddr; /* the peer's flush word */
+    int fvalid;           /* the peer sent its flush word: writes to it go without FI_DELIVERY_COMPLETE */
+    uint64_t seq;         /* operations submitted to the peer */
+    uint64_t cover; /* seq of the last fetching operation submitted (its completion confirms earlier ones) */
+    uint64_t delivered; /* every operation below this seq has been processed by the peer */
+    uint64_t smax;      /* highest seq among the SENT writes */
+    uint32_t shead;     /* SENT writes waiting for confirmation (a list through op_t.next) */
+    uint8_t flushing, wanted;
 } peer_t;
 
 struct dion__engine_mr {
@@ -78,6 +93,15 @@ struct dion__engine {
     uint64_t next_key;
     int live_mrs;
     peer_t *peers; /* [nranks] once connected */
+    /* Flush mode: writes go without FI_DELIVERY_COMPLETE (shm then copies small ones into the peer's queue
+     * and completes them at once); their completions are held until a fetching operation submitted after
+     * them to the same peer completes, which by the provider's FI_ORDER_RAW the peer processed after them. */
+    int flush;
+    uint64_t *fword; /* the word peers flush on (fetch-add of 0), registered */
+    struct dion__engine_mr fword_mr;
+    uint32_t *ready, rhead, rtail; /* ops whose completion is decided, returned by the next poll */
+    int *want, nwant;              /* peers whose SENT writes need a flush */
+    uint64_t n_flushes;
     int queued_peers;
     op_t *ops;
     uint32_t nops, free_head, inflight_total;

@@ -23,6 +23,7 @@ static op_t *op_alloc(dion__engine_t *e)
     e->free_head = o->next;
     memset(&o->ctx, 0, sizeof o->ctx);
     o->next = OFI_NONE;
+    o->internal = o->flushed = 0;
     return o;
 }
 
@@ -44,6 +45,14 @@ static int may_post(const dion__engine_t *e, const peer_t *p, const op_t *o)
     return (e->msg_order & need) == need;
 }
 
+/* Whether the operation's completion means the peer processed it and, by FI_ORDER_RAW, every operation
+ * submitted to it before (flush mode): fetching atomics (shm's add and set fetch too) and reads. */
+static int covers(const dion__engine_t *e, const op_t *o)
+{
+    return o->kind == OP_GET ||
+           (o->kind == OP_AMO && (e->fetch_updates || o->amo >= DION__ENGINE_AMO_FETCH_ADD));
+}
+
 /* Hands one operation to libfabric: 0, -FI_EAGAIN (try again after progress) or another error. */
 static ssize_t submit(dion__engine_t *e, op_t *o)
 {
@@ -61,9 +70,10 @@ static ssize_t submit(dion__engine_t *e, op_t *o)
                                .rma_iov = &riov,
                                .rma_iov_count = 1,
                                .context = &o->ctx};
-        if (o->kind == OP_PUT)
-            rc = fi_writemsg(e->ep, &m, flags | (e->delivery ? FI_DELIVERY_COMPLETE : 0));
-        else
+        if (o->kind == OP_PUT) {
+            o->flushed = e->flush && p->fvalid; /* confirmed by a later fetch instead */
+            rc = fi_writemsg(e->ep, &m, flags | (e->delivery && !o->flushed ? FI_DELIVERY_COMPLETE : 0));
+        } else
             rc = fi_readmsg(e->ep, &m, flags);
     } else {
         void *desc = e->ops_mr.desc;
@@ -100,6 +110,8 @@ static ssize_t submit(dion__engine_t *e, op_t *o)
     }
     if (rc == 0) {
         e->n_posts++;
+        o->seq = ++p->seq;
+        if (covers(e, o)) p->cover = o->seq;
         o->state = OP_INFLIGHT;
         o->posted_ns = dion__now_ns();
         p->inflight++;
@@ -149,6 +161,112 @@ static dion_status_t post(dion__engine_t *e, op_t *o)
     return DION_SUCCESS;
 }
 
+/* ---- flush mode: writes confirmed by a later fetch (ofi.h) ---- */
+
+static void ready_push(dion__engine_t *e, op_t *o, dion_status_t st)
+{
+    o->state = OP_READY;
+    o->status = st;
+    e->ready[e->rtail] = (uint32_t)(o - e->ops);
+    e->rtail = e->rtail + 1 == e->nops + 1 ? 0 : e->rtail + 1;
+}
+
+/* The SENT writes to p submitted before seq `below` are decided: delivered (st success: the peer processed a
+ * later operation) or not confirmed (the fetch that was to confirm them failed). */
+static void settle(dion__engine_t *e, peer_t *p, uint64_t below, dion_status_t st)
+{
+    if (st == DION_SUCCESS && below > p->delivered) p->delivered = below;
+    /* a fetch that failed covers nothing: writes whose completions come later need a flush of their own */
+    if (st != DION_SUCCESS && p->cover == below) p->cover = 0;
+    uint32_t *link = &p->shead;
+    p->smax = 0;
+    while (*link != OFI_NONE) {
+        op_t *w = &e->ops[*link];
+        if (w->seq < below) {
+            *link = w->next;
+            ready_push(e, w, st);
+        } else {
+            if (w->seq > p->smax) p->smax = w->seq;
+            link = &w->next;
+        }
+    }
+}
+
+static void want_flush(dion__engine_t *e, int peer)
+{
+    peer_t *p = &e->peers[peer];
+    if (!p->wanted) {
+        p->wanted = 1;
+        e->want[e->nwant++] = peer;
+    }
+}
+
+/* Posts a flush (fetch-add of 0 on the peer's flush word) to every peer whose SENT writes no fetching
+ * operation submitted after them covers; one at a time per peer, so that writes that complete meanwhile wait
+ * for the next and flushes batch them. */
+static void flush_wanted(dion__engine_t *e)
+{
+    int k = 0;
+    for (int i = 0; i < e->nwant; i++) {
+        int r = e->want[i];
+        peer_t *p = &e->peers[r];
+        if (p->shead == OFI_NONE || p->smax < p->cover) { /* nothing left, or a later fetch covers them */
+            p->wanted = 0;
+            continue;
+        }
+        op_t *o = p->flushing ? NULL : op_alloc(e);
+        if (!o) { /* after the flush in flight, or once a slot frees */
+            e->want[k++] = r;
+            continue;
+        }
+        p->wanted = 0;
+        o->peer = r;
+        o->kind = OP_AMO;
+        o->amo = DION__ENGINE_AMO_FETCH_ADD;
+        o->cls = CLS_WRITE | CLS_READ;
+        o->ordered = 0;
+        o->internal = 1;
+        o->flushed = 0;
+        o->operand = o->compare = o->result = 0;
+        o->cookie = 0;
+        o->raddr = p->faddr;
+        o->rkey = p->fkey;
+        o->roff = 0;
+        o->bytes = 8;
+        o->local = o->desc = NULL;
+        p->flushing = 1;
+        e->n_flushes++;
+        if (post(e, o) != DION_SUCCESS) { /* refused for good (op freed): the writes are not confirmed */
+            p->flushing = 0;
+            settle(e, p, UINT64_MAX, DION_ERR_NETWORK);
+        }
+    }
+    e->nwant = k;
+}
+
+/* Returns decided completions (flush mode) into out. */
+static void retire(dion__engine_t *e, op_t *o);
+static void ready_emit(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
+{
+    while (e->rhead != e->rtail && *n < max) {
+        op_t *o = &e->ops[e->ready[e->rhead]];
+        e->rhead = e->rhead + 1 == e->nops + 1 ? 0 : e->rhead + 1;
+        dion__engine_cqe_t *c = &out[(*n)++];
+        c->cookie = o->cookie;
+        c->value = 0;
+        c->peer = o->peer;
+        c->status = o->status;
+        c->why[0] = 0;
+        if (o->status != DION_SUCCESS)
+            snprintf(
+                c->why, sizeof c->why,
+                "%s of %zu bytes to rank %d at offset %llu: its delivery could not be confirmed (%s): the "
+                "fetch that follows it to that rank failed; the rank's earlier errors say why",
+                op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, dion_status_string(o->status));
+        retire(e, o);
+    }
+}
+
 /* Posts held operations whose turn has come. Returns -1 when the provider refused one for good. */
 static int drain(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
 {
@@ -168,6 +286,12 @@ static int drain(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
             if (p->qhead == OFI_NONE) {
                 p->qtail = OFI_NONE;
                 e->queued_peers--;
+            }
+            if (rc != 0 && o->internal) { /* a flush: the writes it was to confirm fail */
+                settle(e, p, UINT64_MAX, DION_ERR_NETWORK);
+                p->flushing = 0;
+                op_free(e, o);
+                continue;
             }
             if (rc != 0) {
                 dion__engine_cqe_t *c = &out[(*n)++];
@@ -356,6 +480,14 @@ static void expire(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
     for (uint32_t k = 0; k < e->nops && *n < max; k++) {
         op_t *o = &e->ops[k];
         if (o->state != OP_INFLIGHT || now - o->posted_ns < e->op_timeout_ns) continue;
+        peer_t *p = &e->peers[o->peer];
+        if (covers(e, o)) settle(e, p, o->seq, DION_ERR_TIMEOUT); /* the writes it was to confirm */
+        if (o->internal) {
+            p->flushing = 0;
+            uncount(e, o);
+            o->state = OP_ABANDONED;
+            continue;
+        }
         dion__engine_cqe_t *c = &out[(*n)++];
         c->cookie = o->cookie;
         c->value = 0;
@@ -387,6 +519,7 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
         return -1;
     }
     int n = 0;
+    ready_emit(e, out, max, &n);
     while (n < max) {
         struct fi_cq_entry ent[16];
         int want = max - n < 16 ? max - n : 16;
@@ -408,6 +541,14 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
                 continue;
             }
             if (o->state == OP_ABANDONED) {
+                retire(e, o);
+                continue;
+            }
+            if (covers(e, o)) settle(e, &e->peers[o->peer], o->seq, err_status(err.err));
+            if (o->internal) {
+                DION_LOG(DION_LOG_WARN, "ofi: a flush to rank %d failed: %s", o->peer,
+                         e->fi->strerror(err.err));
+                e->peers[o->peer].flushing = 0;
                 retire(e, o);
                 continue;
             }
@@ -438,6 +579,22 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
                 retire(e, o);
                 continue;
             }
+            peer_t *p = &e->peers[o->peer];
+            if (o->flushed && o->seq >= p->delivered) { /* transmitted: wait for a later fetch */
+                o->state = OP_SENT;
+                o->next = p->shead;
+                p->shead = (uint32_t)(o - e->ops);
+                if (o->seq > p->smax) p->smax = o->seq;
+                want_flush(e, o->peer);
+                continue;
+            }
+            if (covers(e, o)) settle(e, p, o->seq, DION_SUCCESS);
+            if (o->internal) {
+                p->flushing = 0;
+                if (p->shead != OFI_NONE) want_flush(e, o->peer);
+                retire(e, o);
+                continue;
+            }
             dion__engine_cqe_t *c = &out[n++];
             c->cookie = o->cookie;
             c->value = o->kind == OP_AMO &&
@@ -453,6 +610,8 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
     }
     expire(e, out, max, &n);
     if (e->queued_peers) drain(e, out, max, &n);
+    if (e->nwant) flush_wanted(e);
+    ready_emit(e, out, max, &n);
     return n;
 }
 

@@ -25,12 +25,34 @@ dion__pxr_t *dion__px_find(dion__pxc_t *pc, uint32_t id)
     return NULL;
 }
 
+static uint32_t dion__px_rhash(const dion__proxy_ring_t *r)
+{
+    uint64_t x = (uint64_t)(uintptr_t)r;
+    x ^= x >> 29;
+    x *= 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(x >> 40) & (DION__PX_RMAP - 1u);
+}
+
+/* The glue of ring r, from the ring map (open addressing; rebuilt when handles come and go). */
 static dion__pxg_t *dion__px_glue(dion__pxc_t *pc, const dion__proxy_ring_t *r)
 {
-    for (dion__pxd_t *d = pc->devs; d; d = d->next)
-        for (uint32_t i = 0; i < d->nrings; i++)
-            if (d->rings[i] == r) return &d->glue[i];
-    return NULL;
+    for (uint32_t h = dion__px_rhash(r);; h = (h + 1u) & (DION__PX_RMAP - 1u)) {
+        uint16_t gid = pc->rmap[h];
+        if (!gid) return NULL;
+        if (pc->gtab[gid] && pc->gtab[gid]->r == r) return pc->gtab[gid];
+    }
+}
+
+/* Rebuilds the ring map from gtab. The caller holds the mutex. */
+static void dion__px_rmap_build(dion__pxc_t *pc)
+{
+    memset(pc->rmap, 0, sizeof pc->rmap);
+    for (uint32_t gid = 1; gid < DION__PX_GLUES; gid++) {
+        if (!pc->gtab[gid]) continue;
+        uint32_t h = dion__px_rhash(pc->gtab[gid]->r);
+        while (pc->rmap[h]) h = (h + 1u) & (DION__PX_RMAP - 1u);
+        pc->rmap[h] = (uint16_t)gid;
+    }
 }
 
 DION__STATIC_ASSERT(DION_NUM_COUNTERS == DION_PROXY_LCOUNTERS,
@@ -336,6 +358,8 @@ static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ri
     pthread_mutex_lock(&pc->mu);
     dion__pxg_t *g = dion__px_glue(pc, r);
     uint64_t mask = r->dev.mask;
+    /* the engine's occupancy once per batch, then counted here (walking its peers per command costs) */
+    uint32_t used = pc->caps.max_ops ? pc->E->pending(pc->e, -1) : 0;
     for (; g && i < n; i++) {
         dion_proxy_cmd_t *c = &cmds[i];
         uint64_t pos = g->exec;
@@ -343,7 +367,7 @@ static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ri
         /* fence: nothing after it starts before everything before it completed */
         if (c->op == DION_PROXY_OP_FENCE && g->inflight) break;
         /* a command posts up to three operations (data, notice, tail) */
-        if (pc->caps.max_ops && pc->E->pending(pc->e, -1) + 3 > pc->caps.max_ops) break;
+        if (pc->caps.max_ops && used + 3 > pc->caps.max_ops) break;
         /* a command that comes again after a busy engine keeps its bookkeeping: some of it is in flight,
          * and its source may have been counted already */
         if (g->partial != pos + 1) {
@@ -360,6 +384,7 @@ static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ri
         /* what was posted counts even when the rest was not (a PUT_SIGNAL's put before a busy signal) */
         g->cnt[pos & mask] = (uint8_t)(g->cnt[pos & mask] + need);
         g->inflight += need;
+        used += need;
         if (st == DION__ENGINE_BUSY) { /* comes again; g->partial and g->pstep remember what is posted */
             st = DION_SUCCESS;
             break;
@@ -389,17 +414,9 @@ static void dion__px_fail_all(dion__pxc_t *pc, dion_status_t s, const char *why)
             }
 }
 
-/* Polls the engine once and completes what it reports. The caller holds the mutex. */
-static int dion__px_poll_locked(dion__pxc_t *pc)
+/* Completes what one engine poll reported. */
+static void dion__px_completions(dion__pxc_t *pc, const dion__engine_cqe_t *cq, int k)
 {
-    if (!pc->e || pc->broken) return 0;
-    dion__engine_cqe_t cq[16];
-    int k = pc->E->poll(pc->e, cq, 16);
-    if (k < 0) {
-        pc->broken = 1;
-        dion__px_fail_all(pc, DION_ERR_NETWORK, dion_last_error());
-        return 0;
-    }
     for (int j = 0; j < k; j++) {
         if (cq[j].cookie == DION__PX_INTERNAL) {
             /* a notice, its tail or an acknowledgement (px_stage.c) failed: whoever waits for it would wait
@@ -433,7 +450,28 @@ static int dion__px_poll_locked(dion__pxc_t *pc)
         if (g->inflight) g->inflight--;
         dion__px_advance(g);
     }
-    int busy = k > 0;
+}
+
+/* Polls the engine and completes what it reports: batches of DION__PX_CQ until one comes back short (at most
+ * DION__PX_CQ_ROUNDS), so that a burst of completions frees the engine's slots in one pass. The caller holds
+ * the mutex. */
+static int dion__px_poll_locked(dion__pxc_t *pc)
+{
+    if (!pc->e || pc->broken) return 0;
+    dion__engine_cqe_t cq[DION__PX_CQ];
+    int k = 0, total = 0;
+    for (int round = 0; round < DION__PX_CQ_ROUNDS; round++) {
+        k = pc->E->poll(pc->e, cq, DION__PX_CQ);
+        if (k < 0) {
+            pc->broken = 1;
+            dion__px_fail_all(pc, DION_ERR_NETWORK, dion_last_error());
+            return 0;
+        }
+        dion__px_completions(pc, cq, k);
+        total += k;
+        if (k < (int)DION__PX_CQ) break;
+    }
+    int busy = total > 0;
     busy |= dion__pxs_progress(pc); /* notices from peers, acknowledgements of ours */
     for (dion__pxd_t *d = pc->devs; d && !busy; d = d->next)
         for (uint32_t i = 0; i < d->nrings; i++)
@@ -893,6 +931,7 @@ static dion_status_t dion__px_dev_init(dion_comm_t c, void *state, void *signals
         } else {
             d->next = pc->devs;
             pc->devs = d;
+            dion__px_rmap_build(pc);
         }
         pthread_mutex_unlock(&pc->mu);
         if (st == DION_SUCCESS) st = dion__px_threads(pc);
@@ -929,6 +968,7 @@ static void dion__px_dev_fini(dion_comm_t c, void *state, void *dev_state)
     pthread_mutex_lock(&pc->mu);
     for (uint32_t i = 0; i < d->nrings; i++)
         if (d->glue[i].gid) pc->gtab[d->glue[i].gid] = NULL;
+    dion__px_rmap_build(pc);
     dion__pxd_t **pp = &pc->devs;
     while (*pp && *pp != d) pp = &(*pp)->next;
     if (*pp) *pp = d->next;

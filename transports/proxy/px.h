@@ -12,6 +12,9 @@
 #include "transports/proxy/staging.h"
 
 #define DION__PX_GLUES      4096u /* rings (contexts of all handles) one comm serves at once */
+#define DION__PX_RMAP       8192u /* ring map slots (twice DION__PX_GLUES: short probes) */
+#define DION__PX_CQ         64u   /* completions per engine poll */
+#define DION__PX_CQ_ROUNDS  8     /* engine polls per progress call while they come back full */
 #define DION__PX_POS_BITS   48    /* ring position bits in an engine cookie; the rest name the ring */
 #define DION__PX_POS_MASK   ((1ull << DION__PX_POS_BITS) - 1)
 #define DION__PX_META_FETCH 0x8000u /* the position is a fetching atomic: its result goes into the slot */
@@ -121,6 +124,7 @@ typedef struct dion__pxc {
     dion__pxr_t *regions;
     dion__pxd_t *devs;
     dion__pxg_t *gtab[DION__PX_GLUES];
+    uint16_t rmap[DION__PX_RMAP]; /* ring -> gid (dion__px_glue) */
     dion__proxy_threads_t *threads;
     int broken;
     /* staging (px_stage.c); stage_on is the same on every rank */
