@@ -94,7 +94,7 @@ if(TARGET dion_fake_ibverbs)
   foreach(n 2 3 4)
     dion_test(NAME conf_cpu_proxy_verbs_ondemand_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
               LABELS "host;cpu" TIMEOUT 240
-              ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_CONNECT=ondemand;DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>;FAKE_IBV_REORDER=1;DT_STREAM_COUNT=2000")
+              ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy/verbs;DION_IB_CONNECT=ondemand;DION_IB_LIBRARY=$<TARGET_FILE:dion_fake_ibverbs>;FAKE_IBV_REORDER=1;DT_STREAM_COUNT=2000;DION_WAIT_TIMEOUT=60s")
   endforeach()
   add_executable(proxy_verbs_ondemand ${CMAKE_CURRENT_SOURCE_DIR}/proxy_verbs_ondemand.c)
   target_link_libraries(proxy_verbs_ondemand PRIVATE dion ${CMAKE_DL_LIBS})
