@@ -9,7 +9,9 @@
  * for each other's turn to publish (the QP was failed after the wait timeout and the kernel hung), and an
  * old value could be read after a WQE one lap later overwrote it. Checks: the kernel ends, no thread saw an
  * error, the NIC found no broken invariant, the host word is threads * ITERS, and the old values are exactly
- * 0 .. threads * ITERS - 1 (each once: none lost, none read twice). Exits 77 without a GPU. */
+ * 0 .. threads * ITERS - 1 (each once: none lost, none read twice). Exits 77 without a GPU.
+ * `gdaki_post_gpu turn` runs the same with the publication of before the fix (leaders wait for their turn),
+ * to see on a GPU whether that alone stalls or hangs. */
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -126,8 +128,73 @@ __device__ uint32_t mix(uint32_t x)
     return x;
 }
 
+/* Mode "turn" (a diagnosis, not run by ctest): dion__gdaki_post as it was before issue 9's fix, publication
+ * in turn: the group's leader waits until ready_head reaches its base, then writes the record and the
+ * doorbell itself. Slot and fetched-value waits as now, so that only the publication differs. */
+__device__ dion_status_t turn_post(const dion_gdaki_qp_dev_t *q, const dion__gdaki_wr_t *wr,
+                                   uint64_t timeout_ns, uint64_t *start)
+{
+    dion_gdaki_qp_state_t *st = q->st;
+    dion__mlx5_resv_t r = dion__mlx5_reserve(&st->resv_head, 1, DION__GDAKI_SSCOPE);
+    uint64_t nwq = (uint64_t)q->wq_mask + 1, seen = 0;
+    int leader = r.slot == r.base;
+    dion_status_t s = DION_SUCCESS;
+    if (leader) {
+        uint64_t need = r.base + r.total > nwq ? r.base + r.total - nwq : 0;
+        if (dion__ld_acquire(&st->cons_idx, DION__GDAKI_SSCOPE) < need)
+            s = dion__gdaki_wait_cons(q, need, NULL, timeout_ns, &seen);
+        for (uint64_t p = r.base; need && p < r.base + r.total && s == DION_SUCCESS; p++)
+            s = dion__gdaki_wait_read(q, p, NULL, timeout_ns);
+        if (s != DION_SUCCESS) dion__gdaki_fail(q, s, 0);
+    }
+    uint32_t lead_lane = __ffs(r.group) - 1u;
+    s = (dion_status_t)__shfl_sync(r.group, (int)s, lead_lane);
+    if (s != DION_SUCCESS) return s;
+    if (wr->result) dion__st_relaxed(&q->pend[r.slot & q->wq_mask], r.slot + 1, DION__GDAKI_SSCOPE);
+    int cqe = wr->cqe || dion__gdaki_flow_cqe(q, r.slot, 1);
+    dion__gdaki_build(q, r.slot, wr, cqe ? DION__MLX5_CTRL_CQ_UPDATE : 0);
+    *start = r.slot;
+    uint32_t sig_rel = cqe ? (uint32_t)(r.slot - r.base + 1) : 0;
+    sig_rel = __reduce_max_sync(r.group, sig_rel);
+    __syncwarp(r.group);
+    if (leader) {
+        uint32_t qs = dion__gdaki_qscope(q);
+        uint64_t end = r.base + r.total, start_ns = 0;
+        dion__fence(qs);
+        for (uint32_t polls = 0; dion__ld_acquire(&st->ready_head, DION__GDAKI_SSCOPE) != r.base; polls++) {
+            if ((polls & 127) == 127) {
+                uint64_t now = dion__time_ns();
+                if (start_ns == 0) start_ns = now;
+                if (now - start_ns > timeout_ns) {
+                    s = DION_ERR_TIMEOUT;
+                    break;
+                }
+            }
+            dion__backoff(polls + 1);
+        }
+        if (s == DION_SUCCESS) {
+            dion__st_relaxed(&st->last_wqe, end, DION__GDAKI_SSCOPE);
+            if (sig_rel) dion__st_relaxed(&st->last_sig, r.base + sig_rel, DION__GDAKI_SSCOPE);
+            dion__gdaki_st32(q->dbrec, dion__mlx5_dbr_sq_value((uint16_t)end), qs);
+            dion__fence(qs);
+            dion__st_release(q->db, dion__mlx5_db_value((uint16_t)end, q->qpn), DION_SCOPE_SYS);
+            dion__st_release(&st->ready_head, end, DION__GDAKI_SSCOPE);
+        } else {
+            dion__gdaki_fail(q, s, 0);
+        }
+    }
+    s = (dion_status_t)__shfl_sync(r.group, (int)s, lead_lane);
+    return s;
+}
+
+__device__ dion_status_t post1(const dion_gdaki_qp_dev_t *q, const dion__gdaki_wr_t *w, int turn,
+                               uint64_t timeout_ns, uint64_t *at)
+{
+    return turn ? turn_post(q, w, timeout_ns, at) : dion__gdaki_post(q, w, 1, NULL, timeout_ns, at);
+}
+
 __global__ void __launch_bounds__(THREADS, 1)
-    post_kernel(dion_gdaki_qp_dev_t q, uint64_t *olds, unsigned *errors, uint64_t timeout_ns)
+    post_kernel(dion_gdaki_qp_dev_t q, uint64_t *olds, unsigned *errors, uint64_t timeout_ns, int turn)
 {
     const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
     for (uint32_t i = 0; i < ITERS; i++) {
@@ -141,7 +208,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             dion__gdaki_wr_t nop;
             memset(&nop, 0, sizeof nop);
             nop.kind = DION__GDAKI_WR_NOP;
-            st = dion__gdaki_post(&q, &nop, 1, NULL, timeout_ns, &at);
+            st = post1(&q, &nop, turn, timeout_ns, &at);
         }
         dion__gdaki_wr_t fa;
         memset(&fa, 0, sizeof fa);
@@ -151,7 +218,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         fa.operand = 1;
         fa.cqe = 1;
         fa.result = 1;
-        if (st == DION_SUCCESS) st = dion__gdaki_post(&q, &fa, 1, NULL, timeout_ns, &at);
+        if (st == DION_SUCCESS) st = post1(&q, &fa, turn, timeout_ns, &at);
         if (st != DION_SUCCESS) {
             atomicAdd(errors, 1u);
             return;
@@ -165,7 +232,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         olds[(size_t)t * ITERS + i] = old;
     }
     uint64_t seen = 0;
-    if (dion__gdaki_quiet(&q, NULL, timeout_ns, &seen) != DION_SUCCESS) atomicAdd(errors, 1u);
+    if (!turn && dion__gdaki_quiet(&q, NULL, timeout_ns, &seen) != DION_SUCCESS) atomicAdd(errors, 1u);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -174,9 +241,9 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    int ndev = 0;
+    int turn = argc > 1 && !strcmp(argv[1], "turn"), ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("SKIP: no usable GPU\n");
         return 77;
@@ -232,7 +299,8 @@ int main(void)
         fprintf(stderr, "FAIL: cannot start the NIC thread\n");
         return 1;
     }
-    post_kernel<<<BLOCKS, THREADS>>>(q, olds, errors, 10000000000ull);
+    if (turn) printf("mode turn: the publication of before issue 9's fix (leaders wait for their turn)\n");
+    post_kernel<<<BLOCKS, THREADS>>>(q, olds, errors, 10000000000ull, turn);
     cuda_ok(cudaGetLastError(), "launch");
     /* bounded wait: a hang is reported (and the process exits) instead of blocking in a synchronize */
     time_t t0 = time(NULL);
