@@ -474,8 +474,14 @@ static int run_job(int nranks, int ngpus, double timeout, char **prog_argv, cons
             j.kill_at = 0;
         }
         if (!j.stopping && end_at && now >= end_at) {
-            fprintf(stderr, "dionrun: timed out after %g s; stopping %d rank%s\n", timeout, j.live,
-                    plural(j.live));
+            /* name the ranks still running: the ones a hang is in */
+            char who[256] = "";
+            size_t w = 0;
+            for (int r = 0; r < j.nranks && w + 16 < sizeof who; r++)
+                if (j.ranks[r].pid) w += (size_t)snprintf(who + w, sizeof who - w, "%s%d", w ? " " : "", r);
+            fprintf(stderr,
+                    "dionrun: timed out after %g s; stopping %d rank%s (still running: rank%s %s%s)\n",
+                    timeout, j.live, plural(j.live), plural(j.live), who, w + 16 >= sizeof who ? " ..." : "");
             job_stop(&j, 124);
         }
         double next = j.stopping ? j.kill_at : end_at;

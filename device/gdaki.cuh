@@ -8,15 +8,19 @@
  *  2. the group's leader waits until the NIC has completed what used those slots one lap ago (polling the
  * CQ);
  *  3. every lane builds its own WQEs in parallel;
- *  4. the leader fences, waits for its turn (ready_head == its base: publication in reservation order), then
- *     writes the doorbell record and rings the doorbell once for the whole group, and moves ready_head on.
- * Completions are selective: a WQE asks for a CQE only when its caller waits for it (get, fetching atomics,
- * quiet's NOP) or when it covers a multiple of a quarter ring (so that slot reuse never waits on a WQE that
- * nobody will report). The CQ is collapsed: the NIC writes every CQE to entry 0, and the WQE index there is
- * the completion watermark. dion_fence sets the NIC's fence flag on the next WQE of each QP of the context;
- * quiet polls the CQ (posting a signaled NOP when the latest WQE asked for no CQE). An error CQE latches the
- * QP's error (status and decoded syndrome); every later wait returns it and the caller writes an error record
- * naming the QP, the peer and the syndrome. Every wait has the handle's timeout. */
+ *  4. the leader fences (the group's WQE bytes reach the NIC's memory first) and marks the group written;
+ *     then whoever takes the QP's doorbell lock (a try-lock: nobody waits for it) publishes every written
+ *     group that follows ready_head, in reservation order: one doorbell record, one doorbell, ready_head
+ * moved on. After unlocking it looks once more, so a group marked while the lock was held is never left
+ * behind. No thread ever waits for another thread: on the GPU, lanes of one warp that reserve apart
+ * (divergence) would otherwise wait on each other, and that depends on how the warp scheduler interleaves
+ * them. Completions are selective: a WQE asks for a CQE only when its caller waits for it (get, fetching
+ * atomics, quiet's NOP) or when it covers a multiple of a quarter ring (so that slot reuse never waits on a
+ * WQE that nobody will report). The CQ is collapsed: the NIC writes every CQE to entry 0, and the WQE index
+ * there is the completion watermark. dion_fence sets the NIC's fence flag on the next WQE of each QP of the
+ * context; quiet polls the CQ (posting a signaled NOP when the latest WQE asked for no CQE). An error CQE
+ * latches the QP's error (status and decoded syndrome); every later wait returns it and the caller writes an
+ * error record naming the QP, the peer and the syndrome. Every wait has the handle's timeout. */
 #ifndef DION_DEVICE_GDAKI_CUH
 #define DION_DEVICE_GDAKI_CUH
 
@@ -51,6 +55,7 @@ typedef struct {
     uint64_t operand; /* add / swap / SET value */
     uint64_t compare; /* CSWAP */
     uint32_t cqe;     /* the caller waits for this WQE: ask for a CQE */
+    uint32_t result;  /* the caller reads the old value from scratch: the slot stays taken until it did */
 } dion__gdaki_wr_t;
 
 /* ---- memory helpers the 64-bit ones of arch.cuh lack ---- */
@@ -101,6 +106,17 @@ DION_HD uint32_t dion__gdaki_qscope(const dion_gdaki_qp_dev_t *q)
 
 #define DION__GDAKI_SSCOPE DION_SCOPE_GPU
 
+/* A sequentially consistent fence: the doorbell lock's hand-over needs store-load order (a group's mark
+ * before its try-lock, the holder's unlock before its last look at the marks). */
+DION_HD void dion__gdaki_fence_sc(void)
+{
+#if DION__GPU
+    asm volatile("fence.sc.gpu;" ::: "memory");
+#else
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
 /* Latches the QP's first error: status s with err_info (syndrome...). */
 DION_HD void dion__gdaki_fail(const dion_gdaki_qp_dev_t *q, dion_status_t s, uint64_t info)
 {
@@ -110,16 +126,32 @@ DION_HD void dion__gdaki_fail(const dion_gdaki_qp_dev_t *q, dion_status_t s, uin
 
 /* ---- completions ---- */
 
+/* The 64-bit completion count a CQE's 16-bit WQE index lo (1 + the index) stands for, given cons, a value
+ * of cons_idx read before the CQE: the CQE is at least as new as the one cons came from (cons_idx moves
+ * only after its CQE was read), and no WQE past cons_idx + ring is ever published, so lo lies in
+ * [cons, cons + ring]. Further ahead only when the reader stalled while others moved cons_idx on: then the
+ * value is not used (returns cons; the next poll reads afresh). Never above the true count. (Lifting below
+ * ready_head instead is wrong while a publisher has rung the doorbell but not yet moved ready_head: a CQE
+ * ahead of it lifts to about 2^64 - 65536, and every later wait would pass at once.) */
+DION_HD uint64_t dion__gdaki_lift(uint64_t cons, uint16_t lo, uint32_t wq_mask)
+{
+    uint16_t d = (uint16_t)(lo - (uint16_t)cons);
+    return d <= wq_mask + 1u ? cons + d : cons;
+}
+
 /* Reads the collapsed CQE and moves cons_idx on (or latches the error it reports). Returns cons_idx. */
 DION_HD uint64_t dion__gdaki_poll_cq(const dion_gdaki_qp_dev_t *q)
 {
     dion_gdaki_qp_state_t *st = q->st;
     uint32_t qs = dion__gdaki_qscope(q);
+    uint64_t cons = dion__ld_acquire(&st->cons_idx, DION__GDAKI_SSCOPE); /* before the CQE */
     /* one load of 0x3C..0x3F: wqe_counter and op_own of the same write */
     dion__mlx5_cqe_tail_t t = dion__mlx5_cqe_tail(dion__gdaki_ld32(q->cq + 0x3C, qs));
     uint32_t op = dion__mlx5_cqe_opcode(t.op_own);
-    if (op == DION__MLX5_CQE_INVALID) return dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE);
-    dion__fence(qs); /* acquire: the CQE's other bytes, and a READ's or atomic's data, after its tail */
+    if (op == DION__MLX5_CQE_INVALID) return cons;
+    /* acquire: the CQE's other bytes, and a READ's or atomic's data, after its tail; release: the tail
+     * read before the cons_idx update below */
+    dion__fence(qs);
     if (op == DION__MLX5_CQE_REQ_ERR || op == DION__MLX5_CQE_RESP_ERR) {
         uint8_t cqe[64];
         for (int i = 0; i < 64; i += 4) {
@@ -133,11 +165,8 @@ DION_HD uint64_t dion__gdaki_poll_cq(const dion_gdaki_qp_dev_t *q)
                              ((uint64_t)e.wqe_opcode << 16) | ((uint64_t)e.wqe_counter << 32));
         return dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE);
     }
-    /* lift the 16-bit index below ready_head: fewer than 32768 WQEBBs are ever outstanding */
-    uint64_t ready = dion__ld_acquire(&st->ready_head, DION__GDAKI_SSCOPE);
-    uint16_t lo = (uint16_t)(t.wqe_counter + 1u);
-    uint64_t c = ready - (uint16_t)((uint16_t)ready - lo);
-    dion__gdaki_atom_max(&st->cons_idx, c, DION__GDAKI_SSCOPE);
+    uint64_t c = dion__gdaki_lift(cons, (uint16_t)(t.wqe_counter + 1u), q->wq_mask);
+    if (c > cons) dion__gdaki_atom_max(&st->cons_idx, c, DION__GDAKI_SSCOPE);
     return dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE);
 }
 
@@ -174,12 +203,14 @@ DION_HD dion_status_t dion__gdaki_wait_cons(const dion_gdaki_qp_dev_t *q, uint64
     return DION_SUCCESS;
 }
 
-/* Polls until *word == target (ready_head: this group's turn to publish), with the same exits. */
-DION_HD dion_status_t dion__gdaki_wait_turn(const dion_gdaki_qp_dev_t *q, uint64_t target,
+/* Polls until the fetched value of the WQE one lap before position p was read (pend clear), with the exits
+ * of dion__gdaki_wait_cons. Its reader needs nothing from this thread: it only waits for its own CQE. */
+DION_HD dion_status_t dion__gdaki_wait_read(const dion_gdaki_qp_dev_t *q, uint64_t p,
                                             const uint64_t *abort_word, uint64_t timeout_ns)
 {
     uint64_t start = 0;
-    for (uint32_t polls = 0; dion__ld_acquire(&q->st->ready_head, DION__GDAKI_SSCOPE) != target; polls++) {
+    const uint64_t *w = &q->pend[p & q->wq_mask];
+    for (uint32_t polls = 0; dion__ld_acquire(w, DION__GDAKI_SSCOPE) != 0; polls++) {
         uint64_t e = dion__ld_relaxed(&q->st->err, DION__GDAKI_SSCOPE);
         if (e) return (dion_status_t)e;
         if ((polls & 127) == 127) {
@@ -256,10 +287,43 @@ DION_HD void dion__gdaki_build(const dion_gdaki_qp_dev_t *q, uint64_t pos, const
 
 /* ---- posting ---- */
 
+/* Publishes every written group that follows ready_head, when the doorbell lock is free (else its holder
+ * does it). The holder writes the doorbell record, then the doorbell (the NIC reads the record first), then
+ * moves ready_head; after unlocking it looks again, and goes on while a group is waiting at ready_head. A
+ * group marks before it tries the lock, and the holder unlocks before it looks: with the fences between,
+ * one of the two sees the other, so no written group stays unpublished. */
+DION_HD void dion__gdaki_publish(const dion_gdaki_qp_dev_t *q)
+{
+    dion_gdaki_qp_state_t *st = q->st;
+    uint32_t qs = dion__gdaki_qscope(q);
+    for (;;) {
+        dion__gdaki_fence_sc();
+        if (dion__atom_cas(&st->db_lock, 0, 1, DION__GDAKI_SSCOPE) != 0) return;
+        dion__gdaki_fence_sc();
+        uint64_t h = dion__ld_relaxed(&st->ready_head, DION__GDAKI_SSCOPE), e = h;
+        for (;;) { /* at most one lap: a group's mark lies beyond its base */
+            uint64_t m = dion__ld_acquire(&q->marks[e & q->wq_mask], DION__GDAKI_SSCOPE);
+            if (m <= e) break;
+            e = m;
+        }
+        if (e != h) {
+            dion__fence(qs); /* the marked groups' WQE bytes (fenced by their leaders) before the record */
+            dion__gdaki_st32(q->dbrec, dion__mlx5_dbr_sq_value((uint16_t)e), qs);
+            dion__fence(qs); /* the record before the doorbell */
+            dion__st_release(q->db, dion__mlx5_db_value((uint16_t)e, q->qpn), DION_SCOPE_SYS);
+            dion__st_release(&st->ready_head, e, DION__GDAKI_SSCOPE);
+        }
+        dion__st_release(&st->db_lock, 0, DION__GDAKI_SSCOPE);
+        dion__gdaki_fence_sc();
+        h = dion__ld_relaxed(&st->ready_head, DION__GDAKI_SSCOPE);
+        if (dion__ld_acquire(&q->marks[h & q->wq_mask], DION__GDAKI_SSCOPE) <= h) return;
+    }
+}
+
 /* Posts nwr (1 or 2) work requests of the calling thread, in order; on the GPU the lanes that call together
- * share one reservation, one turn and one doorbell. *start gets the 64-bit start of this thread's last WQE
- * (it is complete once cons_idx > *start). A failure to get slots or a turn within the timeout fails the QP
- * (the slots could not be filled, so nothing after them may be published). */
+ * for the same QP share one reservation, one mark and one doorbell. *start gets the 64-bit start of this
+ * thread's last WQE (it is complete once cons_idx > *start). A failure to get slots within the timeout fails
+ * the QP (the slots could not be filled, so nothing after them may be published). */
 DION_HD dion_status_t dion__gdaki_post(const dion_gdaki_qp_dev_t *q, const dion__gdaki_wr_t *wr, uint32_t nwr,
                                        const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *start)
 {
@@ -271,11 +335,13 @@ DION_HD dion_status_t dion__gdaki_post(const dion_gdaki_qp_dev_t *q, const dion_
     int leader = r.slot == r.base;
     dion_status_t s = DION_SUCCESS;
     uint64_t seen = 0;
-    /* 2. the slots are free once the WQEs of one lap ago are complete */
+    /* 2. the slots are free once the WQEs of one lap ago are complete and their fetched values read */
     if (leader) {
         uint64_t need = r.base + r.total > nwq ? r.base + r.total - nwq : 0;
-        if (dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE) < need)
+        if (dion__ld_acquire(&st->cons_idx, DION__GDAKI_SSCOPE) < need) /* acquire: pend after it */
             s = dion__gdaki_wait_cons(q, need, abort_word, timeout_ns, &seen);
+        for (uint64_t p = r.base; need && p < r.base + r.total && s == DION_SUCCESS; p++)
+            s = dion__gdaki_wait_read(q, p, abort_word, timeout_ns);
         if (s == DION_SUCCESS) s = (dion_status_t)dion__ld_relaxed(&st->err, DION__GDAKI_SSCOPE);
         if (s != DION_SUCCESS) dion__gdaki_fail(q, s, 0);
     }
@@ -293,6 +359,7 @@ DION_HD dion_status_t dion__gdaki_post(const dion_gdaki_qp_dev_t *q, const dion_
     for (uint32_t i = 0; i < nwr; i++) {
         uint32_t n = i ? n1 : n0;
         int cqe = wr[i].cqe || dion__gdaki_flow_cqe(q, pos, n);
+        if (wr[i].result) dion__st_relaxed(&q->pend[pos & q->wq_mask], pos + 1, DION__GDAKI_SSCOPE);
         dion__gdaki_build(q, pos, &wr[i],
                           (uint8_t)((pos == r.base ? fence : 0) | (cqe ? DION__MLX5_CTRL_CQ_UPDATE : 0)));
         if (cqe) sig = pos + 1;
@@ -300,7 +367,7 @@ DION_HD dion_status_t dion__gdaki_post(const dion_gdaki_qp_dev_t *q, const dion_
         pos += n;
     }
     if (start) *start = last;
-    /* 4. publish in order, one doorbell for the group */
+    /* 4. mark the group written, then publish (or leave it to the doorbell lock's holder) */
     uint64_t last_rel = last - r.base + 1, sig_rel = sig ? sig - r.base : 0;
 #if DION__GPU
     last_rel = __reduce_max_sync(r.group, (uint32_t)last_rel);
@@ -308,25 +375,13 @@ DION_HD dion_status_t dion__gdaki_post(const dion_gdaki_qp_dev_t *q, const dion_
     __syncwarp(r.group);
 #endif
     if (leader) {
-        uint32_t qs = dion__gdaki_qscope(q);
-        uint64_t end = r.base + r.total;
-        dion__fence(qs); /* the group's WQE bytes before the doorbell record (cumulative after the sync) */
-        s = dion__gdaki_wait_turn(q, r.base, abort_word, timeout_ns);
-        if (s == DION_SUCCESS) {
-            dion__st_relaxed(&st->last_wqe, r.base + last_rel, DION__GDAKI_SSCOPE);
-            if (sig_rel) dion__st_relaxed(&st->last_sig, r.base + sig_rel, DION__GDAKI_SSCOPE);
-            dion__gdaki_st32(q->dbrec, dion__mlx5_dbr_sq_value((uint16_t)end), qs);
-            dion__fence(qs); /* the record before the doorbell */
-            dion__st_release(q->db, dion__mlx5_db_value((uint16_t)end, q->qpn), DION_SCOPE_SYS);
-            dion__st_release(&st->ready_head, end, DION__GDAKI_SSCOPE);
-        } else {
-            dion__gdaki_fail(q, s, 0);
-        }
+        dion__gdaki_atom_max(&st->last_wqe, r.base + last_rel, DION__GDAKI_SSCOPE);
+        if (sig_rel) dion__gdaki_atom_max(&st->last_sig, r.base + sig_rel, DION__GDAKI_SSCOPE);
+        dion__fence(dion__gdaki_qscope(q)); /* the group's WQE bytes (cumulative after the sync) first */
+        dion__st_release(&q->marks[r.base & q->wq_mask], r.base + r.total, DION__GDAKI_SSCOPE);
+        dion__gdaki_publish(q);
     }
-#if DION__GPU
-    s = (dion_status_t)__shfl_sync(r.group, (int)s, lead_lane);
-#endif
-    return s;
+    return DION_SUCCESS;
 }
 
 /* Everything posted to q before this call is complete (a signaled NOP closes the batch when the latest WQE
@@ -353,10 +408,13 @@ DION_HD dion_status_t dion__gdaki_quiet(const dion_gdaki_qp_dev_t *q, const uint
     return dion__gdaki_wait_cons(q, target, abort_word, timeout_ns, seen);
 }
 
-/* The old value an atomic that started at WQEBB pos returned (read after it completed). */
-DION_HD uint64_t dion__gdaki_result(const dion_gdaki_qp_dev_t *q, uint64_t pos)
+/* The old value an atomic posted with result = 1 that started at WQEBB pos returned (ok: it completed), and
+ * the slot handed back for reuse (also when it failed). */
+DION_HD uint64_t dion__gdaki_result(const dion_gdaki_qp_dev_t *q, uint64_t pos, int ok)
 {
-    return dion__ld_relaxed(&q->scratch[pos & q->wq_mask], dion__gdaki_qscope(q));
+    uint64_t v = ok ? dion__ld_relaxed(&q->scratch[pos & q->wq_mask], dion__gdaki_qscope(q)) : 0;
+    dion__st_release(&q->pend[pos & q->wq_mask], 0, DION__GDAKI_SSCOPE); /* after the read */
+    return v;
 }
 
 #endif /* DION_DEVICE_GDAKI_CUH */

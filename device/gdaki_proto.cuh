@@ -19,7 +19,7 @@
 #endif
 
 /* Bumped when a layout below or the meaning of a field changes. */
-#define DION_GDAKI_PROTO_VERSION 1u
+#define DION_GDAKI_PROTO_VERSION 2u
 
 /* Window ids map to rows of the key table modulo this (a power of two); a row remembers whose it is. */
 #define DION_GDAKI_KEY_ROWS 256u
@@ -37,11 +37,13 @@
 typedef struct dion_gdaki_qp_state {
     uint64_t resv_head;  /* WQEBBs reserved by posting threads */
     uint64_t ready_head; /* WQEBBs written, published in reservation order and doorbelled */
-    uint64_t last_wqe;   /* 1 + start of the latest published WQE (0: none yet) */
-    uint64_t last_sig;   /* 1 + start of the latest published WQE that asked for a CQE (0: none yet) */
+    uint64_t last_wqe;   /* 1 + start of the latest WQE written (0: none yet) */
+    uint64_t last_sig;   /* 1 + start of the latest WQE written that asked for a CQE (0: none yet) */
     uint64_t fence;      /* nonzero: the next WQE posted carries the NIC fence flag (dion_fence) */
-    uint64_t pad0[3];
-    uint64_t cons_idx; /* WQEBBs known complete: 1 + the WQE index of the latest CQE seen, lifted to 64 bits */
+    uint64_t db_lock;    /* nonzero while a thread publishes (writes the doorbell record and the doorbell) */
+    uint64_t pad0[2];
+    uint64_t
+        cons_idx; /* WQEBBs known complete: 1 + the WQE index of the latest CQE seen, lifted to 64 bits */
     uint64_t pad1[7];
     /* The first error completion seen: 0 while none. err = dion_status_t; err_info = syndrome [7:0],
      * vendor syndrome [15:8], opcode of the failed WQE [23:16], its WQE index [47:32]. */
@@ -56,7 +58,8 @@ DION__GDAKI_STATIC_ASSERT(sizeof(dion_gdaki_qp_state_t) == 192 &&
                           "producer, consumer and error words on separate 64-byte lines");
 
 /* One QP as device code posts to it. The NIC implementation fills sq .. max_inline (nic.h, qp_create); the
- * backend fills st, scratch*, peer and flags' UP bit. */
+ * backend fills st, marks, pend, scratch*, peer and flags' UP bit. The QP (context, this rank) is a loopback
+ * QP: this rank's atomics on its own windows go through it (device/gdaki.cuh says why). */
 typedef struct dion_gdaki_qp_dev {
     uint8_t *sq;     /* SQ ring: (wq_mask + 1) WQEBBs of 64 bytes, 64-byte aligned */
     uint32_t *dbrec; /* SQ word of the QP doorbell record (dbrec[MLX5_SND_DBR]): BE32 next free WQEBB */
@@ -65,6 +68,13 @@ typedef struct dion_gdaki_qp_dev {
     uint64_t
         *scratch; /* [wq_mask + 1] words where atomics return the old value, slot = WQE index & wq_mask */
     dion_gdaki_qp_state_t *st;
+    /* [wq_mask + 1] words beside st: a group that wrote the WQEs of [b, e) stores e at marks[b & wq_mask];
+     * whoever holds db_lock publishes the marked groups that follow ready_head (a mark <= its position is
+     * from an earlier lap: not written yet) */
+    uint64_t *marks;
+    /* [wq_mask + 1] words beside st: nonzero while the thread that posted the fetching atomic of that slot
+     * has not read its old value from scratch yet (the slot is not reused before) */
+    uint64_t *pend;
     uint64_t scratch_addr; /* address of scratch[0] as WQEs give it (laddr) */
     uint32_t scratch_lkey; /* lkey of scratch */
     uint32_t qpn;          /* 24 bits */
@@ -76,7 +86,7 @@ typedef struct dion_gdaki_qp_dev {
     uint32_t pad;
 } dion_gdaki_qp_dev_t;
 
-DION__GDAKI_STATIC_ASSERT(sizeof(dion_gdaki_qp_dev_t) == 88, "QP descriptor layout of version 1");
+DION__GDAKI_STATIC_ASSERT(sizeof(dion_gdaki_qp_dev_t) == 104, "QP descriptor layout of version 2");
 
 /* How WQEs name one rank's part of a registered region (window or signal table): addr is the address a WQE
  * gives for byte 0 of the part (its virtual address, or 0 for offset-addressed registrations), key its rkey

@@ -547,14 +547,15 @@ typedef struct {
 } dion__mlx5_resv_t;
 
 /* Reserve nwqebb (1..16) WQEBBs per calling lane on the 64-bit producer counter *head. On the GPU the lanes
- * that call together (__activemask) share one atomic: each lane's offset is the sum of the sizes of the lower
- * active lanes, from four ballots over the bits of nwqebb-1, and the lowest lane adds the total and
- * broadcasts the base. Lanes get WQEBBs in lane order. CPU mode: a plain atomic per thread. */
+ * that call together (__activemask) for the same head (__match_any_sync: lanes of one warp may post to
+ * different QPs at once) share one atomic: each lane's offset is the sum of the sizes of the lower lanes of
+ * its group, from four ballots over the bits of nwqebb-1, and the lowest lane adds the total and broadcasts
+ * the base. Lanes get WQEBBs in lane order. CPU mode: a plain atomic per thread. */
 DION_HD dion__mlx5_resv_t dion__mlx5_reserve(uint64_t *head, uint32_t nwqebb, uint32_t scope)
 {
     dion__mlx5_resv_t r;
 #if DION__GPU
-    uint32_t active = __activemask(), lane;
+    uint32_t active = __match_any_sync(__activemask(), (unsigned long long)(uintptr_t)head), lane;
     asm("mov.u32 %0, %%laneid;" : "=r"(lane));
     uint32_t lower = active & ((1u << lane) - 1u);
     uint32_t before = __popc(lower), total = __popc(active), m1 = nwqebb - 1u;

@@ -59,7 +59,7 @@ if [ "$NGPU" -ge 2 ] && want proxy2; then # GPU kernels over the proxy with one 
   done
 fi
 if want hosts; then # issue 8: GPU kernels over the proxy between ranks run as separate hosts (dionrun --hosts)
-  (cd $B && run ctest_hosts 540 ctest -V -R "hosts_gpu_proxy_2")
+  (cd $B && run ctest_hosts 560 ctest -V -R "hosts_gpu_")
   grep -E "^[0-9]+: (PASS|FAIL|SKIP)|Passed|Failed|Skipped|reaches rank" "$OUT/ctest_hosts.log" | tail -n 30
 fi
 NVSHMEM_LIB=$(grep -oP 'NVSHMEM found in \K\S+' "$OUT/configure.log" 2>/dev/null)

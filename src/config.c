@@ -82,6 +82,11 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "them and executes them through the ofi engine; for tests without a NIC, never chosen by auto, and "
      "logged when used (docs/gdaki.md).",
      NULL},
+    {"DION_GDAKI_QP_DEPTH", DION_CFG_INT, "1024", NULL,
+     "gdaki send-queue size of each (context, peer) QP, in 64-byte WQEBBs: a power of two, 64 to 32768 (GPU "
+     "handles: at least 256, so that a whole warp's work requests fit in three quarters of it). Small "
+     "values make posting threads wait for slots sooner (for tests).",
+     NULL},
     {"DION_SOFTNIC_INJECT", DION_CFG_STRING, NULL, NULL,
      "With DION_GDAKI_NIC=softnic, for tests: kind@N makes the N-th work request this rank's model executes "
      "(counted from 1 over all its QPs) fail with an error completion instead. kind: remote_access (syndrome "

@@ -231,6 +231,18 @@ DION_HD const dion_gdaki_qp_dev_t *dion__gdaki_qp(const dion_ctx_t *c, int peer)
     return &c->dev.gdaki->qps[(size_t)c->index * (size_t)c->dev.nranks + (size_t)peer];
 }
 
+/* Whether an atomic on peer's window goes through gdaki. On a handle with gdaki peers, this rank's atomics
+ * on its own window go through its loopback QP (context, this rank) too: the peers' atomics reach the word
+ * through the NIC (the softnic model applies them with CPU atomics), and a GPU atomic on pinned host memory
+ * is not atomic with respect to those (it crosses PCIe as a read and a write), so one word must see one
+ * kind. As the proxy does (dion__proxy_amo_route). */
+DION_HD int dion__gdaki_amo_route(const dion_ctx_t *c, int peer)
+{
+    if (!(c->dev.flags & DION_DEVF_GDAKI)) return 0;
+    if (peer != (int)c->dev.rank) return dion__peer_transport(&c->dev, peer) == DION_TRANSPORT_GDAKI;
+    return (dion__gdaki_qp(c, peer)->flags & DION_GDAKI_QP_UP) != 0;
+}
+
 DION_HD const uint64_t *dion__gdaki_abort_word(const dion_ctx_t *c)
 {
     return dion__ctl_word(&c->dev, c->dev.signals, DION_CTL_ABORT);
@@ -371,12 +383,16 @@ DION__GDAKI_PATH uint64_t dion__gdaki_amo(const dion_ctx_t *c, int cas, dion_op_
     r.operand = operand;
     r.compare = compare;
     r.cqe = 1;
+    r.result = 1;
     uint64_t at = 0, seen = 0;
     dion_status_t st = dion__gdaki_post(q, &r, 1, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &at);
-    if (st == DION_SUCCESS)
-        st = dion__gdaki_wait_cons(q, at + 1, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &seen);
+    if (st != DION_SUCCESS) {
+        dion__gdaki_error(c, q, st, op, peer, 0);
+        return 0;
+    }
+    st = dion__gdaki_wait_cons(q, at + 1, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &seen);
     dion__gdaki_error(c, q, st, op, peer, seen);
-    return st == DION_SUCCESS ? dion__gdaki_result(q, at) : 0;
+    return dion__gdaki_result(q, at, st == DION_SUCCESS);
 }
 
 /* signal (and barrier arrivals). */
@@ -975,7 +991,7 @@ DION_HD uint64_t dion_atomic_fetch_add(dion_ctx_t c, dion_dwin_t win, int peer, 
     }
 #endif
 #if DION__HAS_GDAKI
-    if (dion__is_gdaki(&c, peer)) {
+    if (dion__gdaki_amo_route(&c, peer)) {
         uint64_t o = dion__gdaki_amo(&c, 0, DION_OP_FETCH_ADD, win, peer, off, value, 0);
         DION__TRACE(&c, t0, DION_OP_FETCH_ADD, peer, 0, 8, value, o, 0, DION_SUCCESS);
         return o;
@@ -1005,7 +1021,7 @@ DION_HD uint64_t dion_atomic_compare_swap(dion_ctx_t c, dion_dwin_t win, int pee
     }
 #endif
 #if DION__HAS_GDAKI
-    if (dion__is_gdaki(&c, peer)) {
+    if (dion__gdaki_amo_route(&c, peer)) {
         uint64_t o = dion__gdaki_amo(&c, 1, DION_OP_COMPARE_SWAP, win, peer, off, desired, expected);
         DION__TRACE(&c, t0, DION_OP_COMPARE_SWAP, peer, 0, 8, desired, o, 0, DION_SUCCESS);
         return o;

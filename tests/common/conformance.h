@@ -1733,6 +1733,15 @@ static int dt_main(int argc, char **argv)
             DT_RUN("packet wait timeout with an error record", dt_test_packet_timeout(win));
         }
         DT_RUN_EXTRA();
+    } else if (!strcmp(mode, "atomics")) {
+        /* the atomics section alone; per thread DT_ATOMIC_ADDS fetch-adds (default 200) and DT_ATOMIC_CAS
+         * compare-swap increments (default 20) */
+        uint32_t adds = getenv("DT_ATOMIC_ADDS") ? (uint32_t)atoi(getenv("DT_ATOMIC_ADDS")) : 200u;
+        uint32_t cas = getenv("DT_ATOMIC_CAS") ? (uint32_t)atoi(getenv("DT_ATOMIC_CAS")) : 20u;
+        if (adds > 100000) adds = 200;
+        if (cas > 10000) cas = 20;
+        DT_RUN("atomics: fetch-add totals, CAS increments",
+               dt_test_atomics(win, (char *)base, DT_ATOMIC_THREADS, adds, cas));
     } else if (!strcmp(mode, "check")) {
         DT_RUN("DION_CHECK=1: rejected calls are recorded and write nothing",
                dt_test_check(win, (char *)base, size));
@@ -1753,7 +1762,8 @@ static int dt_main(int argc, char **argv)
     } else if (!strcmp(mode, "abort")) {
         DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
     } else {
-        fprintf(stderr, "usage: %s [all|check|stats|trace|stress|abort|peerfail N|peerfail_stream N]\n",
+        fprintf(stderr,
+                "usage: %s [all|atomics|check|stats|trace|stress|abort|peerfail N|peerfail_stream N]\n",
                 argv[0]);
         return 2;
     }

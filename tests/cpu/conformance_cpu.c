@@ -13,10 +13,11 @@
     static void name##_body(type *a)
 #define DT_LAUNCH(name, grid, block, ptr)                                                                    \
     (dion_cpu_launch((grid), (block), name##_cpu, (ptr)) != DION_SUCCESS)
-#define DT_ON_HOST        1
-#define DT_BLOCK          40 /* a full warp and a partial one */
-#define DT_PUT_ROUNDS     24
-#define DT_ATOMIC_THREADS 4
+#define DT_ON_HOST    1
+#define DT_BLOCK      40 /* a full warp and a partial one */
+#define DT_PUT_ROUNDS 24
+/* DT_ATOMIC_THREADS (environment): threads of the atomics kernel, default 4 (the GPU suite runs 128) */
+#define DT_ATOMIC_THREADS (getenv("DT_ATOMIC_THREADS") ? (uint32_t)atoi(getenv("DT_ATOMIC_THREADS")) : 4u)
 #define DT_RUN_EXTRA()                                                                                       \
     do {                                                                                                     \
     } while (0)

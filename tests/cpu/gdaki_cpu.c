@@ -4,7 +4,9 @@
  * DION_TRANSPORT=gdaki DION_GDAKI_NIC=softnic; modes:
  *   inject K   with DION_SOFTNIC_INJECT=remote_access@K: K puts, the K-th fails (syndrome 0x13)
  *   oob        a put past the end of the peer's window (no DION_CHECK): the model's key check fails it (0x13)
- *   badwqe     a WQE with a wrong index, written by hand: the model's invariant check fails it (0x02) */
+ *   badwqe     a WQE with a wrong index, written by hand: the model's invariant check fails it (0x02)
+ *   selfamo    atomics on this rank's own window go through its loopback QP (context, this rank), as the
+ *              peer's atomics on the same word go through the model: old values and totals right */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +55,35 @@ static void post_bad_wqe(const dion_gdaki_qp_dev_t *q)
     __atomic_store_n(&st->ready_head, pos + 1, __ATOMIC_RELEASE);
 }
 
+/* selfamo: both ranks add to both words 0 (rank 0's) and 8 (rank 1's) of each other's windows and their own,
+ * K times each, and one CAS round on the own word 16; the own ones must go through the loopback QP. */
+static void kernel_self(job_t *j)
+{
+    dion_ctx_t c = dion_ctx(j->dev, 0);
+    int me = j->dev.rank;
+    uint64_t prev = 0;
+    for (int i = 0; i < j->k; i++) {
+        uint64_t o = dion_atomic_fetch_add(c, j->win, me, 0, 1);
+        if (i && o <= prev) j->quiet1 = DION_ERR_INTERNAL; /* old values of one thread's adds grow */
+        prev = o;
+        dion_atomic_fetch_add(c, j->win, j->peer, 0, 1);
+    }
+    uint64_t cur = dion_atomic_fetch_add(c, j->win, me, 16, 0);
+    for (int i = 0; i < j->k; i++) {
+        uint64_t old = dion_atomic_compare_swap(c, j->win, me, 16, cur, cur + 1);
+        if (old != cur) j->quiet2 = DION_ERR_INTERNAL; /* nobody else swaps word 16: every CAS succeeds */
+        cur = cur + 1;
+    }
+}
+
 static void kernel(void *p)
 {
     job_t *j = p;
     dion_ctx_t c = dion_ctx(j->dev, 0);
+    if (j->mode == 3) {
+        kernel_self(j);
+        return;
+    }
     if (j->mode == 0) { /* inject: K puts of CHUNK bytes each to their own slot */
         for (int i = 0; i < j->k; i++)
             dion_put(c, j->win, j->peer, (size_t)i * CHUNK, j->win, WINDOW / 2 + (size_t)i * CHUNK, CHUNK);
@@ -86,10 +113,11 @@ static int has(const char *text, const char *words)
 int main(int argc, char **argv)
 {
     if (argc < 2) return 2;
-    int mode = !strcmp(argv[1], "inject")   ? 0
-               : !strcmp(argv[1], "oob")    ? 1
-               : !strcmp(argv[1], "badwqe") ? 2
-                                            : -1;
+    int mode = !strcmp(argv[1], "inject")    ? 0
+               : !strcmp(argv[1], "oob")     ? 1
+               : !strcmp(argv[1], "badwqe")  ? 2
+               : !strcmp(argv[1], "selfamo") ? 3
+                                             : -1;
     int k = argc > 2 ? atoi(argv[2]) : 1;
     if (mode < 0 || k < 1 || (size_t)k * CHUNK > WINDOW / 2) return 2;
     dion_comm_t comm;
@@ -119,6 +147,27 @@ int main(int argc, char **argv)
     if (dion_cpu_launch(1, 1, kernel, &j) != DION_SUCCESS) {
         fprintf(stderr, "FAIL rank %d: launch: %s\n", rank, dion_last_error());
         return 1;
+    }
+    if (mode == 3) {
+        const dion_gdaki_qp_dev_t *self = &dev.gdaki->qps[rank];
+        CHECK(self->flags & DION_GDAKI_QP_UP, "no loopback QP (context 0, rank %d)", rank);
+        CHECK((self->flags & DION_GDAKI_QP_UP) && self->st->last_wqe >= (uint64_t)(2 * k + 1),
+              "own atomics did not go through the loopback QP (%llu WQEBBs posted there)",
+              (self->flags & DION_GDAKI_QP_UP) ? (unsigned long long)self->st->last_wqe : 0ull);
+        CHECK(j.quiet1 == DION_SUCCESS, "the old values of one thread's own adds did not grow");
+        CHECK(j.quiet2 == DION_SUCCESS, "a CAS on the own word that nobody else touches failed");
+        dion_comm_barrier(comm);
+        uint64_t w0 = __atomic_load_n((uint64_t *)mem, __ATOMIC_SEQ_CST);
+        uint64_t w16 = __atomic_load_n((uint64_t *)(mem + 16), __ATOMIC_SEQ_CST);
+        CHECK(w0 == (uint64_t)(2 * k), "word 0 holds %llu, expected %d", (unsigned long long)w0, 2 * k);
+        CHECK(w16 == (uint64_t)k, "word 16 holds %llu, expected %d", (unsigned long long)w16, k);
+        CHECK(dion_dev_check(comm, &dev) == DION_SUCCESS, "dion_dev_check: %s", dion_last_error());
+        dion_comm_barrier(comm);
+        dion_dev_destroy(comm, &dev);
+        dion_win_destroy(win);
+        dion_comm_destroy(comm);
+        printf("%s rank %d: selfamo\n", failures ? "FAIL" : "PASS", rank);
+        return failures ? 1 : 0;
     }
     dion_status_t want = mode == 2 ? DION_ERR_INTERNAL : DION_ERR_REMOTE_ACCESS;
     CHECK(j.quiet1 == want, "quiet returned %s, expected %s", dion_status_string(j.quiet1),

@@ -179,6 +179,27 @@ gpu_proxy)
     grep -E "stress:|^(PASS|FAIL)" "$OUT"
     echo "PASS: GPU conformance suite and put_signal stress over the proxy across $N hosts"
     ;;
+gpu_gdaki)
+    # GPU kernels over gdaki and the softnic model across simulated hosts (hosts_gpu_gdaki_2): gdaki comes
+    # before the proxy, and the model serves host windows. As gpu_proxy, GPU r % n for rank r, no MPS.
+    unset CUDA_VISIBLE_DEVICES DION_CPU_MODE
+    nvidia-smi -L 2>/dev/null | grep -q "^GPU" || skip "no GPU (nvidia-smi lists none)"
+    export DION_LOG=info DION_GDAKI_NIC=softnic DION_OFI_PROVIDER=tcp DT_STREAM_COUNT=500 DT_ON_HOST=1 \
+        DION_BOOTSTRAP_TIMEOUT=60s
+    run -n "$N" --hosts --timeout 280 "$CONF" all
+    [ "$rc" -eq 77 ] && skip "no usable GPU"
+    [ "$rc" -eq 0 ] || fail "the GPU conformance suite over gdaki across $N hosts exited with $rc"
+    for ((r = 0; r < N; r++)); do
+        has "$ERR" "^dion\[dion-host-$r:$r\] .*softnic model selected" || fail "rank $r did not log the softnic model"
+        [ "$(grep -cE "^dion\[dion-host-$r:$r\] .*rank $r reaches rank [0-9]+ \(host dion-host-[0-9]+\) through gdaki" "$ERR")" -eq $((N - 1)) ] ||
+            fail "rank $r does not reach all $((N - 1)) peers through gdaki"
+    done
+    grep -E "^(PASS|FAIL|SKIP)" "$OUT"
+    run -n "$N" --hosts --timeout 200 "$CONF" stress
+    [ "$rc" -eq 0 ] || fail "the GPU put_signal stress over gdaki across $N hosts exited with $rc"
+    grep -E "stress:|^(PASS|FAIL)" "$OUT"
+    echo "PASS: GPU conformance suite and put_signal stress over gdaki (softnic model) across $N hosts"
+    ;;
 gdaki)
     # Across hosts p2p cannot map the peers; with DION_GDAKI_NIC=softnic gdaki is usable and comes before the
     # proxy: every peer must be reached through gdaki (the per-peer log line says so), the model must say it

@@ -14,3 +14,9 @@ endif()
 add_executable(test_softnic ${CMAKE_CURRENT_SOURCE_DIR}/test_softnic.c)
 target_link_libraries(test_softnic PRIVATE dion_internal)
 dion_test(NAME unit_softnic COMMAND test_softnic LABELS host TIMEOUT 60)
+# gdaki's posting and completion logic (device/gdaki.cuh, CPU mode) on a QP in host memory, CQEs written by the
+# test: the completion count's lifting, publication by whoever finishes last, fetched values' slots.
+add_executable(test_gdaki_post ${CMAKE_CURRENT_SOURCE_DIR}/test_gdaki_post.c)
+target_link_libraries(test_gdaki_post PRIVATE dion_internal)
+target_compile_options(test_gdaki_post PRIVATE -Werror)
+dion_test(NAME unit_gdaki_post COMMAND test_gdaki_post LABELS host TIMEOUT 60)

@@ -14,7 +14,10 @@
 #endif
 #include "transports/transport.h"
 
-#define DION__GD_WQEBBS 1024u /* SQ of each QP; a warp's group (<= 512 WQEBBs) fits in 3/4 of it */
+/* SQ of each QP (DION_GDAKI_QP_DEPTH): a warp's group (32 lanes of at most 4 WQEBBs) must fit in 3/4 of it
+ * on the GPU, or its leader would wait for slots its own group holds */
+#define DION__GD_WQEBBS     1024u
+#define DION__GD_WQEBBS_GPU 256u
 
 /* NICs built in, in the order auto tries them (auto never picks the model). */
 static const dion__gdaki_nic_ops_t *const dion__gdaki_nics[] = {&dion__gdaki_softnic,
@@ -57,7 +60,9 @@ typedef struct {
     uint32_t nctx;
     int cpu;
     dion__gdaki_qp_t **qps; /* [nctx][nranks] */
-    char *states;           /* [nctx][nranks] dion_gdaki_qp_state_t: device memory, host in CPU mode */
+    char *states;   /* [nctx][nranks] dion_gdaki_qp_state_t, then [nctx][nranks][depth] marks, then as many
+                       pend words: device memory, host in CPU mode */
+    uint32_t depth; /* WQEBBs per QP */
     char *scratch_host, *scratch_dev;
     dion__gdaki_mr_t *scratch_mr;
     dion_gdaki_qp_dev_t *qdev; /* host copy of the QP table */
@@ -378,8 +383,20 @@ static dion_status_t dion__gd_dev_init(dion_comm_t c, void *state, void *signals
                            : dion__error(DION_ERR_NO_MEMORY, "out of memory for gdaki's QPs");
     int used = 0;
     for (int p = 0; p < n; p++) used |= p != me && dion__tl_of(c, p) == &dion__tl_gdaki;
-    /* counters (the posting threads' atomics stay there) and the scratch words atomics return into */
-    size_t sb = nq * sizeof(dion_gdaki_qp_state_t), xb = nq * DION__GD_WQEBBS * 8u;
+    long long depth = DION__GD_WQEBBS;
+    if (st == DION_SUCCESS) st = dion__cfg_int("DION_GDAKI_QP_DEPTH", 64, 32768, &depth);
+    if (st == DION_SUCCESS && (depth & (depth - 1)))
+        st = dion__error(DION_ERR_INVALID_ARG, "DION_GDAKI_QP_DEPTH=%lld is not a power of two (64 to 32768)",
+                         depth);
+    if (st == DION_SUCCESS && !cpu && depth < DION__GD_WQEBBS_GPU)
+        st = dion__error(DION_ERR_INVALID_ARG,
+                         "DION_GDAKI_QP_DEPTH=%lld is below %u, the least a GPU handle takes (a warp's work "
+                         "requests must fit in three quarters of the ring)",
+                         depth, DION__GD_WQEBBS_GPU);
+    if (d) d->depth = (uint32_t)depth;
+    /* counters and marks (the posting threads' atomics stay there) and the scratch words atomics return
+     * into */
+    size_t mb = nq * (size_t)depth * 8u, sb = nq * sizeof(dion_gdaki_qp_state_t) + 2 * mb, xb = mb;
     if (st == DION_SUCCESS && used) {
         if (cpu) {
             d->states = aligned_alloc(64, sb);
@@ -407,24 +424,28 @@ static dion_status_t dion__gd_dev_init(dion_comm_t c, void *state, void *signals
         dion__gdaki_rdesc_t unused;
         st = gc->N->mr_reg(gc->nic, d->scratch_host, xb, 1, &d->scratch_mr, &slkey, &sladdr, &unused);
     }
+    /* the QP (context, this rank) is a loopback: this rank's atomics on its own windows go through the NIC
+     * too, so that they are atomic with respect to the peers' (device/gdaki.cuh, dion__gdaki_amo_route) */
     for (uint32_t x = 0; x < nctx && st == DION_SUCCESS && used; x++)
         for (int p = 0; p < n && st == DION_SUCCESS; p++) {
-            if (p == me || dion__tl_of(c, p) != &dion__tl_gdaki) continue;
+            if (p != me && dion__tl_of(c, p) != &dion__tl_gdaki) continue;
             size_t i = (size_t)x * n + (size_t)p;
-            dion__gdaki_qp_args_t a = {x, p, DION__GD_WQEBBS, 1, cpu};
+            dion__gdaki_qp_args_t a = {x, p, (uint32_t)depth, 1, cpu};
             st = gc->N->qp_create(gc->nic, &a, &d->qps[i], &d->qdev[i], mine + i * DION__GDAKI_QP_BLOB);
             if (st != DION_SUCCESS) break;
             dion_gdaki_qp_dev_t *q = &d->qdev[i];
-            if (!(q->flags & DION_GDAKI_QP_COLLAPSED) || q->wq_mask + 1u < DION__GD_WQEBBS)
+            if (!(q->flags & DION_GDAKI_QP_COLLAPSED) || q->wq_mask + 1u != (uint32_t)depth)
                 st = dion__error(
                     DION_ERR_UNSUPPORTED,
                     "gdaki: NIC %s gave a QP with %u WQEBBs and %s CQ; device code needs a collapsed "
-                    "CQ and at least %u WQEBBs",
+                    "CQ and the %lld WQEBBs asked for",
                     gc->N->name, q->wq_mask + 1u,
-                    (q->flags & DION_GDAKI_QP_COLLAPSED) ? "a collapsed" : "a normal", DION__GD_WQEBBS);
+                    (q->flags & DION_GDAKI_QP_COLLAPSED) ? "a collapsed" : "a normal", depth);
             q->st = (dion_gdaki_qp_state_t *)(d->states + i * sizeof(dion_gdaki_qp_state_t));
-            q->scratch = (uint64_t *)(d->scratch_dev + i * DION__GD_WQEBBS * 8u);
-            q->scratch_addr = sladdr + i * DION__GD_WQEBBS * 8u;
+            q->marks = (uint64_t *)(d->states + nq * sizeof(dion_gdaki_qp_state_t) + i * (size_t)depth * 8u);
+            q->pend = (uint64_t *)((char *)q->marks + mb);
+            q->scratch = (uint64_t *)(d->scratch_dev + i * (size_t)depth * 8u);
+            q->scratch_addr = sladdr + i * (size_t)depth * 8u;
             q->scratch_lkey = slkey;
             q->peer = p;
         }

@@ -188,6 +188,47 @@ static uint64_t dion__snic_cookie(const dion__gdaki_qp_t *q, uint64_t ord)
     return ((uint64_t)q->id << DION__SNIC_ORD_BITS) | (ord & DION__SNIC_ORD_MASK);
 }
 
+/* A WQE of the loopback QP (context, this rank): this rank's own atomics (device code sends them here so
+ * that they are atomic with respect to the peers' atomics, which the engine applies with CPU atomics on the
+ * same host words), executed at once with CPU atomics on this rank's registered memory. */
+static void dion__snic_exec_self(dion__gdaki_qp_t *q, const dion__snic_wqe_t *w, dion__snic_ent_t *e)
+{
+    dion__gdaki_nic_t *n = q->nic;
+    uint64_t rlen = w->kind == DION__SNIC_WRITE || w->kind == DION__SNIC_READ ? w->len : 8u;
+    dion__snic_mr_t *r = dion__snic_lmr(n, w->rkey, w->raddr, rlen);
+    dion__snic_mr_t *l = w->is_inline ? NULL : dion__snic_lmr(n, w->lkey, w->laddr, w->len);
+    if (!r || (!w->is_inline && !l)) {
+        e->syndrome = r ? DION__MLX5_SYND_LOCAL_PROT : DION__MLX5_SYND_REMOTE_ACCESS;
+        snprintf(q->cause, sizeof q->cause,
+                 "%s 0x%x with %llu bytes at 0x%llx names no registration of rank %d "
+                 "that holds them (loopback QP)",
+                 r ? "lkey" : "rkey", r ? w->lkey : w->rkey, (unsigned long long)(r ? w->len : rlen),
+                 (unsigned long long)(r ? w->laddr : w->raddr), n->comm->rank);
+        return;
+    }
+    void *dst = (void *)(uintptr_t)w->raddr, *local = (void *)(uintptr_t)w->laddr;
+    uint64_t *word = dst, old = 0;
+    switch (w->kind) {
+    case DION__SNIC_WRITE:
+        memcpy(dst, w->is_inline ? (const void *)w->inl : local, w->len);
+        return;
+    case DION__SNIC_READ:
+        memcpy(local, dst, w->len);
+        return;
+    case DION__SNIC_FETCH_ADD:
+        old = __atomic_fetch_add(word, w->swap_add, __ATOMIC_SEQ_CST);
+        break;
+    case DION__SNIC_CSWAP:
+        old = w->compare;
+        __atomic_compare_exchange_n(word, &old, w->swap_add, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        break;
+    default: /* SET */
+        __atomic_store_n(word, w->swap_add, __ATOMIC_SEQ_CST);
+        return;
+    }
+    __atomic_store_n((uint64_t *)local, old, __ATOMIC_RELAXED); /* before the CQE, which is a release */
+}
+
 /* Posts what WQE w needs; BUSY: nothing posted, try again. Sets e->syndrome (and the cause) instead of
  * posting when a key or a range is wrong. */
 static dion_status_t dion__snic_exec(dion__gdaki_qp_t *q, const dion__snic_wqe_t *w, dion__snic_ent_t *e,
@@ -198,6 +239,10 @@ static dion_status_t dion__snic_exec(dion__gdaki_qp_t *q, const dion__snic_wqe_t
     char *cause = q->cause;
     uint64_t ck = dion__snic_cookie(q, ord);
     if (w->kind == DION__SNIC_NOP) return DION_SUCCESS;
+    if (q->peer == n->comm->rank) {
+        dion__snic_exec_self(q, w, e);
+        return DION_SUCCESS;
+    }
     uint64_t rlen = w->kind == DION__SNIC_WRITE || w->kind == DION__SNIC_READ ? w->len : 8u;
     dion__snic_rem_t *r = dion__snic_rem(n, q->peer, w->rkey, w->raddr, rlen);
     if (!r) {
@@ -379,7 +424,8 @@ static void *dion__snic_main(void *arg)
         uint64_t now = dion__now_ns();
         if (!idle_since) idle_since = now;
         /* spin 50 us, then naps of 1 us doubling to 100 us: peers' operations on this rank progress only in
-         * this loop (tcp), so the nap bounds their latency (1 ms naps made the 4-rank suite five times slower) */
+         * this loop (tcp), so the nap bounds their latency (1 ms naps made the 4-rank suite five times
+         * slower) */
         if (now - idle_since < 50000) continue;
         nap = nap ? (nap * 2 > 100000 ? 100000 : nap * 2) : 1000;
         struct timespec ts = {0, (long)nap};

@@ -1,0 +1,210 @@
+/* gdaki's posting and completion logic (device/gdaki.cuh) in CPU mode, on one QP in host memory with no NIC:
+ * the test writes the CQEs itself. Three defects of issue 9 each fail here without their fix:
+ *  - lift: a CQE ahead of ready_head (a publisher rang the doorbell but had not moved ready_head yet) must
+ *    not lift cons_idx to about 2^64 (which made every later wait pass at once);
+ *  - publish: a group written after a later one, or while another thread holds the doorbell lock, is
+ *    published by whoever finishes last, and no thread waits for another to publish;
+ *  - pend: the scratch word of a fetching atomic is not reused (a WQE one lap later may not be posted)
+ *    before its poster read the old value. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dion/dion.h"
+#include "dion/dion_device.cuh"
+
+static int failures;
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                  \
+            fprintf(stderr, __VA_ARGS__);                                                                    \
+            fprintf(stderr, "\n");                                                                           \
+            failures++;                                                                                      \
+        }                                                                                                    \
+    } while (0)
+
+#define RING 64u
+
+typedef struct {
+    dion_gdaki_qp_dev_t q;
+    dion_gdaki_qp_state_t st;
+    uint8_t sq[RING * 64];
+    uint32_t dbr[2];
+    uint64_t db;
+    uint8_t cq[64];
+    uint64_t scratch[RING], marks[RING], pend[RING];
+} qp_t;
+
+static void qp_init(qp_t *x)
+{
+    memset(x, 0, sizeof *x);
+    x->cq[63] = 0xF0; /* INVALID, as the NIC's initial fill */
+    x->q.sq = x->sq;
+    x->q.dbrec = &x->dbr[1];
+    x->q.db = &x->db;
+    x->q.cq = x->cq;
+    x->q.scratch = x->scratch;
+    x->q.st = &x->st;
+    x->q.marks = x->marks;
+    x->q.pend = x->pend;
+    x->q.scratch_addr = (uint64_t)(uintptr_t)x->scratch;
+    x->q.scratch_lkey = 7;
+    x->q.qpn = 0x100;
+    x->q.wq_mask = RING - 1;
+    x->q.flags = DION_GDAKI_QP_COLLAPSED | DION_GDAKI_QP_HOSTMEM | DION_GDAKI_QP_UP;
+    x->q.max_inline = 64;
+}
+
+/* The NIC's CQE for the WQE at 64-bit position pos (the collapsed CQ keeps the latest). */
+static void cqe(qp_t *x, uint64_t pos)
+{
+    dion__mlx5_cqe_write_req(x->cq, (uint16_t)pos, DION__MLX5_OP_NOP, x->q.qpn, 0, 0);
+}
+
+/* The doorbell's producer index (host order). */
+static uint16_t db_pi(const qp_t *x)
+{
+    uint32_t w;
+    memcpy(&w, &x->db, 4);
+    return (uint16_t)(__builtin_bswap32(w) >> 8);
+}
+
+static dion__gdaki_wr_t nop(int want_cqe)
+{
+    dion__gdaki_wr_t w;
+    memset(&w, 0, sizeof w);
+    w.kind = DION__GDAKI_WR_NOP;
+    w.cqe = (uint32_t)want_cqe;
+    return w;
+}
+
+static void test_lift(void)
+{
+    static qp_t x;
+    qp_init(&x);
+    /* 3 WQEBBs published and doorbelled up to 5, ready_head still 3: the CQE of WQE 4 is ahead of it */
+    x.st.resv_head = 5;
+    x.st.ready_head = 3;
+    cqe(&x, 4);
+    uint64_t c = dion__gdaki_poll_cq(&x.q);
+    CHECK(c == 5, "cons_idx %llu after the CQE of WQE 4, expected 5", (unsigned long long)c);
+    /* a stale CQE (older than cons_idx) moves nothing */
+    cqe(&x, 2);
+    c = dion__gdaki_poll_cq(&x.q);
+    CHECK(c == 5, "cons_idx %llu after an older CQE, expected 5", (unsigned long long)c);
+    /* across the 16-bit wrap */
+    x.st.cons_idx = 0x1fff0;
+    x.st.ready_head = 0x1fff8;
+    x.st.resv_head = 0x20010;
+    cqe(&x, 0x20004);
+    c = dion__gdaki_poll_cq(&x.q);
+    CHECK(c == 0x20005, "cons_idx 0x%llx across the wrap, expected 0x20005", (unsigned long long)c);
+    /* a CQE more than a ring ahead of cons_idx cannot be placed: not used */
+    x.st.cons_idx = 0x100;
+    cqe(&x, 0x100 + 3 * RING);
+    c = dion__gdaki_poll_cq(&x.q);
+    CHECK(c == 0x100, "cons_idx 0x%llx from a CQE 3 rings ahead, expected it unmoved", (unsigned long long)c);
+    for (uint16_t lo = 0; lo < 200; lo++) { /* never above the true count */
+        uint64_t got = dion__gdaki_lift(0x10000 + 50, (uint16_t)(0x10000 + 50 + lo), RING - 1);
+        CHECK(got == (lo <= RING ? 0x10000u + 50u + lo : 0x10000u + 50u), "lift by %u gave 0x%llx", lo,
+              (unsigned long long)got);
+    }
+}
+
+static void test_publish(void)
+{
+    static qp_t x;
+    qp_init(&x);
+    dion__gdaki_wr_t w = nop(0);
+    uint64_t at = 0;
+    /* a first post publishes itself */
+    CHECK(dion__gdaki_post(&x.q, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS, "post");
+    CHECK(at == 0 && x.st.ready_head == 1 && db_pi(&x) == 1 && __builtin_bswap32(x.dbr[1]) == 1,
+          "after one post: at %llu ready %llu doorbell %u record %u", (unsigned long long)at,
+          (unsigned long long)x.st.ready_head, db_pi(&x), __builtin_bswap32(x.dbr[1]));
+    /* two groups reserved (1 and 2); the later one is written first: nothing may be published past 1 */
+    x.st.resv_head = 3;
+    dion__gdaki_build(&x.q, 2, &w, 0);
+    x.marks[2] = 3;
+    dion__gdaki_publish(&x.q);
+    CHECK(x.st.ready_head == 1 && db_pi(&x) == 1, "a group after an unwritten one was published (ready %llu)",
+          (unsigned long long)x.st.ready_head);
+    /* the earlier one is written: its publisher takes both, with one doorbell */
+    dion__gdaki_build(&x.q, 1, &w, 0);
+    x.marks[1] = 2;
+    dion__gdaki_publish(&x.q);
+    CHECK(x.st.ready_head == 3 && db_pi(&x) == 3 && __builtin_bswap32(x.dbr[1]) == 3,
+          "both groups published: ready %llu doorbell %u", (unsigned long long)x.st.ready_head, db_pi(&x));
+    /* while another thread holds the doorbell lock, a post returns at once and leaves its group to it */
+    x.st.db_lock = 1;
+    CHECK(dion__gdaki_post(&x.q, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS, "post under the lock");
+    CHECK(at == 3 && x.st.ready_head == 3 && x.marks[3] == 4, "under the lock: at %llu ready %llu mark %llu",
+          (unsigned long long)at, (unsigned long long)x.st.ready_head, (unsigned long long)x.marks[3]);
+    x.st.db_lock = 0; /* the holder unlocks, then looks again (as dion__gdaki_publish does) */
+    dion__gdaki_publish(&x.q);
+    CHECK(x.st.ready_head == 4 && db_pi(&x) == 4, "the holder published the group left to it: ready %llu",
+          (unsigned long long)x.st.ready_head);
+    CHECK(x.st.last_wqe == 4, "last_wqe %llu, expected 4", (unsigned long long)x.st.last_wqe);
+    /* marks of an earlier lap are not taken for this one */
+    x.st.resv_head = x.st.ready_head = x.st.cons_idx = 4 + RING;
+    x.marks[(4 + RING) & (RING - 1)] = 5; /* the mark of position 4 */
+    dion__gdaki_publish(&x.q);
+    CHECK(x.st.ready_head == 4 + RING, "a mark of the previous lap was published (ready %llu)",
+          (unsigned long long)x.st.ready_head);
+}
+
+static void test_pend(void)
+{
+    static qp_t x;
+    qp_init(&x);
+    dion__gdaki_wr_t fa;
+    memset(&fa, 0, sizeof fa);
+    fa.kind = DION__GDAKI_WR_FETCH_ADD;
+    fa.raddr = 4096;
+    fa.rkey = 9;
+    fa.operand = 1;
+    fa.cqe = 1;
+    fa.result = 1;
+    uint64_t at = 0;
+    CHECK(dion__gdaki_post(&x.q, &fa, 1, NULL, 1000000000ull, &at) == DION_SUCCESS && at == 0, "fetch-add");
+    CHECK(x.pend[0] == 1, "the fetching atomic's slot is not held (pend %llu)",
+          (unsigned long long)x.pend[0]);
+    dion__gdaki_wr_t w = nop(0);
+    for (uint32_t i = 1; i < RING; i++)
+        CHECK(dion__gdaki_post(&x.q, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS, "nop %u", i);
+    cqe(&x, RING - 1); /* the NIC completed the whole lap, the atomic's old value is in scratch[0] */
+    x.scratch[0] = 41;
+    /* slot 0 of the next lap: its fetched value was not read yet, so no post may take it */
+    uint64_t t0 = dion__time_ns();
+    dion_status_t s = dion__gdaki_post(&x.q, &w, 1, NULL, 20000000ull, &at);
+    CHECK(s == DION_ERR_TIMEOUT, "a post reused the unread slot of a fetching atomic: %s",
+          dion_status_string(s));
+    CHECK(dion__time_ns() - t0 >= 20000000ull, "the post returned before the timeout");
+    CHECK(x.st.err == DION_ERR_TIMEOUT, "the QP was not failed by the stall");
+    /* on a fresh QP: the old value is read, then the slot is free */
+    qp_init(&x);
+    CHECK(dion__gdaki_post(&x.q, &fa, 1, NULL, 1000000000ull, &at) == DION_SUCCESS, "fetch-add");
+    for (uint32_t i = 1; i < RING; i++)
+        CHECK(dion__gdaki_post(&x.q, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS, "nop %u", i);
+    cqe(&x, RING - 1);
+    x.scratch[0] = 41;
+    uint64_t seen = 0;
+    CHECK(dion__gdaki_wait_cons(&x.q, 1, NULL, 1000000000ull, &seen) == DION_SUCCESS, "wait");
+    uint64_t v = dion__gdaki_result(&x.q, 0, 1);
+    CHECK(v == 41 && x.pend[0] == 0, "result %llu, pend %llu", (unsigned long long)v,
+          (unsigned long long)x.pend[0]);
+    s = dion__gdaki_post(&x.q, &w, 1, NULL, 1000000000ull, &at);
+    CHECK(s == DION_SUCCESS && at == RING, "the slot after its value was read: %s at %llu",
+          dion_status_string(s), (unsigned long long)at);
+}
+
+int main(void)
+{
+    test_lift();
+    test_publish();
+    test_pend();
+    printf("%s: gdaki posting (lift, publish, pend), %d failures\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}
