@@ -8,7 +8,7 @@ Prints these tables:
 1. p2p_bench rows per library variant (mean over rounds; lower is better, except Mops): default = this build's
    defaults; wb8 = 8 polls per abort/clock test (DION__WAIT_BATCH=8); nochk = DION_CHECK paths left out of GPU
    code (DION__CHECK_COMPILED=0); lean = both; slot0 = diagnostic, no table fallbacks (DION__DIAG_SLOT0=1);
-   w1/w2 = wait poll modes and bpick/btab/bhyb/bbr = where block copies find the window bases
+   all = the three; w1/w2 = wait poll modes and bpick/btab/bhyb/bbr = where block copies find the window bases
    (DION__BLOCK_BASES 0/1/2/3), when the run has them. 'peer' = the best of NVSHMEM and NCCL LSA in bench.csv
    for the same row (NVSHMEM's signal_op orders nothing: it is the peer of DION's relaxed signal, not of its
    release signal), and default/peer. The ref_* rows (test refpp) are the hand-written floors of the run.
@@ -59,7 +59,7 @@ def main():
         return sum(v) / len(v) if v else None
 
     # every variant the run has, default first, then the known ones in this order, then any other
-    known = ["default", "wb8", "nochk", "lean", "slot0", "w1", "w2", "bpick", "btab", "bhyb", "bbr"]
+    known = ["default", "wb8", "nochk", "lean", "slot0", "all", "w1", "w2", "bpick", "btab", "bhyb", "bbr"]
     present = {v for (_, v, _, _, _, _) in ab if v != "ab"}
     variants = [v for v in known if v in present] + sorted(present - set(known))
     if "default" not in variants:
