@@ -25,13 +25,25 @@ DION_HD struct dion_win_peer *dion__win_peer(dion_dwin_t w, int rank)
      ((uint64_t)(arr)[6] field & (0 - (uint64_t)((i) == 6))) |                                               \
      ((uint64_t)(arr)[7] field & (0 - (uint64_t)((i) == 7))))
 
+/* Diagnostic only (perf/CMakeLists.txt, p2p_bench_slot0): with DION__DIAG_SLOT0=1 GPU code takes every peer
+ * from the handle's inline entries and every window from slot 0, with no fallback to the tables: what the
+ * fallbacks (predicated table loads beside each selection) cost the fast paths. Correct only for at most 8
+ * ranks and a kernel that uses the comm's first window alone, as p2p_bench does (it checks what lands). */
+#ifndef DION__DIAG_SLOT0
+#define DION__DIAG_SLOT0 0
+#endif
+#if DION__GPU && DION__DIAG_SLOT0
+#define DION__INLINE_PEER(peer) 1
+#else
+#define DION__INLINE_PEER(peer) ((unsigned)(peer) < DION_DEV_INLINE_PEERS)
+#endif
+
 /* The peer's signal table and scope: from the handle itself for the first peers (parameter bank on the GPU).
  */
 DION_HD uint64_t *dion__peer_signals(const dion_dev_t *d, int peer)
 {
 #if DION__GPU
-    if ((unsigned)peer < DION_DEV_INLINE_PEERS)
-        return (uint64_t *)(uintptr_t)DION__PICK8(d->peer_inline, peer, .signals_u);
+    if (DION__INLINE_PEER(peer)) return (uint64_t *)(uintptr_t)DION__PICK8(d->peer_inline, peer, .signals_u);
 #endif
     return d->peers[peer].signals;
 }
@@ -39,7 +51,7 @@ DION_HD uint64_t *dion__peer_signals(const dion_dev_t *d, int peer)
 DION_HD uint32_t dion__peer_scope(const dion_dev_t *d, int peer)
 {
 #if DION__GPU
-    if ((unsigned)peer < DION_DEV_INLINE_PEERS) return (uint32_t)DION__PICK8(d->peer_inline, peer, .scope);
+    if (DION__INLINE_PEER(peer)) return (uint32_t)DION__PICK8(d->peer_inline, peer, .scope);
 #endif
     return d->peers[peer].scope;
 }
@@ -47,8 +59,7 @@ DION_HD uint32_t dion__peer_scope(const dion_dev_t *d, int peer)
 DION_HD uint32_t dion__peer_transport(const dion_dev_t *d, int peer)
 {
 #if DION__GPU
-    if ((unsigned)peer < DION_DEV_INLINE_PEERS)
-        return (uint32_t)DION__PICK8(d->peer_inline, peer, .transport);
+    if (DION__INLINE_PEER(peer)) return (uint32_t)DION__PICK8(d->peer_inline, peer, .transport);
 #endif
     return d->peers[peer].transport;
 }
@@ -57,7 +68,10 @@ DION_HD uint32_t dion__peer_transport(const dion_dev_t *d, int peer)
  * else from w's table. */
 DION_HD char *dion__win_base(const dion_dev_t *d, dion_dwin_t w, int rank)
 {
-#if DION__GPU
+#if DION__GPU && DION__DIAG_SLOT0
+    (void)w;
+    return (char *)(uintptr_t)DION__PICK8(d->win_slot[0].base_u, rank, );
+#elif DION__GPU
     if ((unsigned)rank < DION_DEV_INLINE_PEERS) {
         if (w == d->win_slot[0].win) return (char *)(uintptr_t)DION__PICK8(d->win_slot[0].base_u, rank, );
         if (w == d->win_slot[1].win) return (char *)(uintptr_t)DION__PICK8(d->win_slot[1].base_u, rank, );
@@ -94,7 +108,10 @@ DION_HD char *dion__win_base_branchy(const dion_dev_t *d, dion_dwin_t w, int ran
 
 DION_HD uint32_t dion__win_flags(const dion_dev_t *d, dion_dwin_t w)
 {
-#if DION__GPU
+#if DION__GPU && DION__DIAG_SLOT0
+    (void)w;
+    return d->win_slot[0].flags;
+#elif DION__GPU
     if (w == d->win_slot[0].win) return d->win_slot[0].flags;
     if (w == d->win_slot[1].win) return d->win_slot[1].flags;
     if (w == d->win_slot[2].win) return d->win_slot[2].flags;
@@ -196,9 +213,23 @@ DION_HD dion__err_t dion__err(dion_status_t st, dion_op_t op, int peer)
 /* ---- argument checks (DION_CHECK=1). Each returns 1 when the arguments are good; otherwise the group's
  * leader records why and every caller skips the operation. ---- */
 
+/* Whether GPU code carries the DION_CHECK paths. 1, the default: every call tests the handle's flag and
+ * holds the checking and recording code beside its fast path. A build may set 0 to measure what that costs
+ * the fast paths (perf/CMakeLists.txt, p2p_bench_nochk): the checks are then left out of GPU code and
+ * DION_CHECK=1 checks nothing in its kernels (never use such a build with DION_CHECK=1: a context index kept
+ * out of range would then be used). CPU mode always has them. */
+#ifndef DION__CHECK_COMPILED
+#define DION__CHECK_COMPILED 1
+#endif
+
 DION_HD int dion__check_enabled(const dion_ctx_t *c)
 {
+#if DION__GPU && !DION__CHECK_COMPILED
+    (void)c;
+    return 0;
+#else
     return (c->dev.flags & DION_DEVF_CHECK) != 0;
+#endif
 }
 
 /* A context whose index is out of range (DION_CHECK keeps it so): every call on it records, whichever thread
@@ -483,6 +514,37 @@ DION_HD uint64_t dion__poll_load(const uint64_t *p, uint32_t scope)
 #endif
 }
 
+/* Polls between two looks at the abort word, the clock and the back-off (a build may override it to compare,
+ * perf/CMakeLists.txt, p2p_bench_wb8): 1, the default, runs that bookkeeping test after every poll; B > 1 (a
+ * power of two up to 128) polls B times in a row with nothing but the load, the comparison and a branch out
+ * (unrolled), as a hand-written flag loop does, and tests the poll count once per B polls. The abort word
+ * and the clock are still read every 128 polls and the back-off still starts after 4096: only the place of
+ * the test changes. GPU code only; CPU mode always polls one at a time (its back-off yields per poll). */
+#ifndef DION__WAIT_BATCH
+#define DION__WAIT_BATCH 1
+#endif
+#if DION__GPU && DION__WAIT_BATCH > 1
+#define DION__POLL_BATCH DION__WAIT_BATCH
+#else
+#define DION__POLL_BATCH 1
+#endif
+#if DION__POLL_BATCH > 128 || (DION__POLL_BATCH & (DION__POLL_BATCH - 1)) != 0
+#error "DION__WAIT_BATCH must be a power of two up to 128"
+#endif
+
+/* One batch of polls of word: 1 with *v the value that made cmp hold, else 0 with *v the last value read. */
+DION_HD int dion__poll_batch(const uint64_t *word, uint32_t scope, uint32_t cmp, uint64_t value, uint64_t *v)
+{
+#if DION__POLL_BATCH > 1
+#pragma unroll
+#endif
+    for (int k = 0; k < DION__POLL_BATCH; k++) {
+        *v = dion__poll_load(word, scope);
+        if (dion__cmp_holds(*v, cmp, value)) return 1;
+    }
+    return 0;
+}
+
 /* Polls word (in this rank's signal table) until cmp holds, the comm is aborted, or the timeout passes.
  * The load that returns is an acquire (or is followed by a fence, DION__WAIT_POLL 2), so data released before
  * the observed value is visible after it. */
@@ -500,9 +562,8 @@ DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word,
     /* The clock is read only every 128 polls, the first time included: a timer read on the way into the loop
      * would sit on the latency path of every wait that does not succeed at once. */
     uint64_t start = 0;
-    for (uint32_t polls = 1;; polls++) {
-        v = dion__poll_load(word, scope);
-        if (dion__cmp_holds(v, cmp, value)) {
+    for (uint32_t polls = DION__POLL_BATCH;; polls += DION__POLL_BATCH) {
+        if (dion__poll_batch(word, scope, cmp, value, &v)) {
 #if DION__WAIT_POLL == 1
             v = dion__ld_acquire(word, scope); /* later in coherence order: the same or a newer value */
             if (dion__cmp_holds(v, cmp, value)) break;

@@ -204,10 +204,23 @@ DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, cha
     for (size_t u = r; u < units; u += n) {
         uint64_t w0, w1;
         for (;;) {
-            dion__pkt_load(p + 2 * u, &w0, &w1, scope);
-            if ((uint32_t)(w0 >> 32) == seq && (uint32_t)(w1 >> 32) == seq) break;
+            /* DION__POLL_BATCH loads in a row with nothing but the comparison between them
+             * (device/common.cuh) */
+            int whole = 0;
+#if DION__POLL_BATCH > 1
+#pragma unroll
+#endif
+            for (int k = 0; k < DION__POLL_BATCH; k++) {
+                dion__pkt_load(p + 2 * u, &w0, &w1, scope);
+                if ((uint32_t)(w0 >> 32) == seq && (uint32_t)(w1 >> 32) == seq) {
+                    whole = 1;
+                    break;
+                }
+            }
+            if (whole) break;
             /* The clock and the abort word only every 128 polls: the fast path is the load and compare. */
-            if ((++polls & 127) == 0) {
+            polls += DION__POLL_BATCH;
+            if ((polls & 127) == 0) {
                 uint64_t ab = dion__ld_relaxed(abort_word, scope);
                 *seen = (uint32_t)(w0 >> 32) != seq ? (uint32_t)(w0 >> 32) : (uint32_t)(w1 >> 32);
                 if (ab) return (dion_status_t)ab;

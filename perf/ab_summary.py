@@ -4,10 +4,15 @@ in bench.csv (labels "WHERE"), when that file exists.
 
 usage: ab_summary.py ab.csv [bench.csv]
 
-Prints three tables:
+Prints these tables:
 1. p2p_bench rows per library variant (mean over rounds; lower is better, except Mops): default = this build's
-   defaults, w1/w2 = wait poll modes, bpick/btab/bhyb/bbr = where block copies find the window bases (DION__BLOCK_BASES 0/1/2/3); 'peer' = the
-   best of NVSHMEM and NCCL LSA in bench.csv for the same row, and default/peer.
+   defaults; wb8 = 8 polls per abort/clock test (DION__WAIT_BATCH=8); nochk = DION_CHECK paths left out of GPU
+   code (DION__CHECK_COMPILED=0); lean = both; slot0 = diagnostic, no table fallbacks (DION__DIAG_SLOT0=1);
+   all = the three; w1/w2 = wait poll modes and bpick/btab/bhyb/bbr = where block copies find the window bases
+   (DION__BLOCK_BASES 0/1/2/3), when the run has them. 'peer' = the best of NVSHMEM and NCCL LSA in bench.csv
+   for the same row (NVSHMEM's signal_op orders nothing: it is the peer of DION's relaxed signal, not of its
+   release signal), and default/peer. The ref_* rows (test refpp) are the hand-written floors of the run.
+1b. the issue's ratio goals per variant: each DION row over its hand-written floor from the same run.
 2. ab_bench ping-pongs: the hand-written LSA-style put_signal against dion_put_signal_warp/_block, the
    mixes (DION sends / hand waits and the reverse), and packets by hand against dion_put_packet.
 3. ab_bench bandwidth: the copy engine and the ten best kernel configurations per machine.
@@ -44,12 +49,21 @@ def main():
     peers = defaultdict(dict)  # (where, test, group, bytes, metric) -> impl -> value
     for impl, label, test, group, nbytes, metric, value in rows(sys.argv[2] if len(sys.argv) > 2 else ""):
         if impl in ("nvshmem", "nccl_lsa"):
+            # like with like: NVSHMEM's signal_op orders nothing (a volatile store, no fence), so its
+            # signal row is the peer of DION's relaxed signal; NCCL LSA's is a release, DION's signal's peer
+            if impl == "nvshmem" and test == "signal_pingpong":
+                test = "signal_relaxed_pingpong"
             peers[(label, test, group, nbytes, metric)][impl] = value
 
     def mean(v):
         return sum(v) / len(v) if v else None
 
-    variants = ["default", "w1", "w2", "bpick", "btab", "bhyb", "bbr"]
+    # every variant the run has, default first, then the known ones in this order, then any other
+    known = ["default", "wb8", "nochk", "lean", "slot0", "all", "w1", "w2", "bpick", "btab", "bhyb", "bbr"]
+    present = {v for (_, v, _, _, _, _) in ab if v != "ab"}
+    variants = [v for v in known if v in present] + sorted(present - set(known))
+    if "default" not in variants:
+        variants.insert(0, "default")
     keys = sorted({(w, t, g, b, m) for (w, v, t, g, b, m) in ab if v in variants},
                   key=lambda k: (k[0], k[1], ["thread", "warp", "block"].index(k[2]) if k[2] in
                                  ("thread", "warp", "block") else 3, k[3]))
@@ -66,6 +80,22 @@ def main():
             ratio = f"{(best / vals[0]) if higher_better else (vals[0] / best):8.3f}"
         cells = " ".join(f"{x:8.3f}" if x is not None else f"{'-':>8}" for x in vals)
         print(f"{w:12} {t:24} {g:6} {b:8d} {cells} {best if best else float('nan'):8.3f} {ratio:>8}")
+
+    # the ratio goals per variant, each row against its floor in the same variant's run (refpp)
+    ratios = [("signal_relaxed_pingpong", 0, "ref_flag_relaxed", "relaxed signal / raw relaxed flag (goal <= 1.10)"),
+              ("signal_pingpong", 0, "ref_flag_release", "release signal / raw release flag"),
+              ("put_signal_pingpong", 8, "ref_put8_param", "put_signal 8 B thread / hand-written put8 + release"),
+              ("packet_pingpong", 8, "ref_put8_unordered", "packet 8 B thread / raw unordered put8 + flag")]
+    print("\n== 1b. ratios to the same run's hand-written floor (mean of rounds), per variant")
+    print(f"{'where':12} {'ratio':52} " + " ".join(f"{v:>8}" for v in variants))
+    for w in sorted({k[0] for k in ab}):
+        for t, b, ref, what in ratios:
+            cells = []
+            for v in variants:
+                x = mean(ab.get((w, v, t, "thread", b, "oneway_us"), []))
+                y = mean(ab.get((w, v, ref, "thread", 0 if ref.startswith("ref_flag") else 8, "oneway_us"), []))
+                cells.append(f"{x / y:8.3f}" if x and y else f"{'-':>8}")
+            print(f"{w:12} {what:52} " + " ".join(cells))
 
     print("\n== 2. ab_bench ping-pongs, one-way us: by hand (LSA style), DION, and the mixes (who sends / waits)")
     names = ["ab_ps_lsa_by_hand", "ab_ps_dion", "ab_ps_dion_send_hand_wait", "ab_ps_hand_send_dion_wait"]

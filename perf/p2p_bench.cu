@@ -2,7 +2,7 @@
  * put+quiet completion latency and message rate. Rank 0 and rank 1 take part; start with
  *   dionrun -n 2 [--mps] p2p_bench [--tests ...] [--csv FILE] [--label L]
  * The "ref" test times hand-written load/store sequences on the same mapping, for calibration: they are not
- * DION calls and some of them do not order data before flags. */
+ * DION calls and some of them do not order data before flags ("refpp": its ping-pongs without the copy). */
 #include <algorithm>
 #include <vector>
 
@@ -362,7 +362,8 @@ int main(int argc, char **argv)
             if (bench_wants_row(&o, b, "block"))
                 cases.push_back({"packet_pingpong", "block", OP_PKT_BLOCK, 1024, b});
         }
-    if (bench_wants(&o, "ref")) {
+    /* refpp: the reference ping-pongs alone, without ref's 1 GiB copy (perf/run_gpu.sh's ab step) */
+    if (bench_wants(&o, "ref") || bench_wants(&o, "refpp")) {
         cases.push_back({"ref_put8_table", "thread", REF_PS_TABLE, 1, 8});
         cases.push_back({"ref_put8_table_nc", "thread", REF_PS_TABLE_NC, 1, 8});
         cases.push_back({"ref_put8_param", "thread", REF_PS_PARAM, 1, 8});
@@ -409,8 +410,8 @@ int main(int argc, char **argv)
         for (int kind = 0; kind < 2; kind++) {
             if (kind == 0 && !bench_wants(&o, "put_bw")) continue;
             if (kind == 1 && !bench_wants(&o, "ref")) continue;
-            /* the latency rows wrote into the low part of the window (packet slots, unpacked payloads): lay the
-             * source pattern down again, so that what lands can be checked */
+            /* the latency rows wrote into the low part of the window (packet slots, unpacked payloads): lay
+             * the source pattern down again, so that what lands can be checked */
             bench_fill<<<prop.multiProcessorCount * 4, 512>>>(base, total, rank_);
             BENCH_CHECK_LAUNCH("bench_fill");
             BENCH_CHECK_CUDA(cudaDeviceSynchronize());

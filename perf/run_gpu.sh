@@ -79,9 +79,12 @@ if want variants; then # the cooperative copy with 8 loads in flight per thread 
     --tests put_signal,put_bw,completion --csv "$OUT/variants.csv" --label 1gpu-mps-tma
 fi
 if want ab; then # issue 10 (perf10): library variants side by side, alternating, two rounds; then ab_bench
-  T=signal,put_signal,completion,msgrate,packet
+  # AB_VARIANTS picks the builds (perf/CMakeLists.txt); the wait-mode and block-base ones of 2026-11-30 (w1 w2
+  # bpick btab bhyb bbr) are decided and left out unless named. refpp: the hand-written reference ping-pongs
+  # (ref_flag_relaxed, ref_put8_param, ...) in every variant's run, so each row has its floor from the same run.
+  T=${AB_TESTS:-signal,put_signal,completion,msgrate,packet,refpp}
   for round in 1 2; do
-    for v in p2p_bench p2p_bench_w1 p2p_bench_w2 p2p_bench_bpick p2p_bench_btab p2p_bench_bhyb p2p_bench_bbr; do
+    for v in ${AB_VARIANTS:-p2p_bench p2p_bench_wb8 p2p_bench_nochk p2p_bench_lean p2p_bench_slot0 p2p_bench_all}; do
       n=${v#p2p_bench}; n=${n#_}; n=${n:-default}
       CUDA_VISIBLE_DEVICES=0 run ab_${n}_1gpu_$round 90 $B/dionrun -n 2 --mps $B/perf/$v --tests $T \
         --csv "$OUT/ab.csv" --label "1gpu-mps:$n:r$round"
