@@ -37,7 +37,8 @@ if want build; then
   run build 300 cmake --build $B -j 16 || exit 1
 fi
 if want test1; then # ranks sharing GPU 0 under MPS; the proxy's GPU tests have their own step (proxytest)
-  (cd $B && CUDA_VISIBLE_DEVICES=0 run ctest_1gpu 240 ctest -L gpu --output-on-failure -E "pergpu|conf_gpu_proxy")
+  (cd $B && CUDA_VISIBLE_DEVICES=0 run ctest_1gpu 240 ctest -L gpu -j${T1_JOBS:-1} --output-on-failure \
+    -E "${T1_EXCLUDE:-pergpu|conf_gpu_proxy}")
 fi
 if want proxytest; then # GPU kernels over the proxy (tcp, shm; host and staged GPU windows), and the stress
   (cd $B && CUDA_VISIBLE_DEVICES=0 DION_LOG=info run ctest_proxy 540 ctest -L gpu -V \
@@ -92,9 +93,9 @@ if want ab; then # issue 10 (perf10): library variants side by side, alternating
         --label "2gpu-nvlink:$n:r$round"
     done
   done
-  CUDA_VISIBLE_DEVICES=0 run ab_bench_1gpu 150 $B/dionrun -n 2 --mps $B/perf/ab_bench --tests lsa,packet,bw,ce \
+  [ "${AB_BENCH:-1}" = 1 ] && CUDA_VISIBLE_DEVICES=0 run ab_bench_1gpu 150 $B/dionrun -n 2 --mps $B/perf/ab_bench --tests lsa,packet,bw,ce \
     --csv "$OUT/ab.csv" --label "1gpu-mps:ab:r1"
-  [ "$NGPU" -ge 2 ] && run ab_bench_2gpu 150 $B/dionrun -n 2 $B/perf/ab_bench --tests lsa,packet,bw,ce --csv "$OUT/ab.csv" \
+  [ "${AB_BENCH:-1}" = 1 ] && [ "$NGPU" -ge 2 ] && run ab_bench_2gpu 150 $B/dionrun -n 2 $B/perf/ab_bench --tests lsa,packet,bw,ce --csv "$OUT/ab.csv" \
     --label "2gpu-nvlink:ab:r1"
   python3 perf/ab_summary.py "$OUT/ab.csv" "$OUT/bench.csv" > "$OUT/ab_summary.txt" 2>&1
   cat "$OUT/ab_summary.txt"
