@@ -38,6 +38,35 @@ DION_HD struct dion_win_peer *dion__win_peer(dion_dwin_t w, int rank)
 #define DION__INLINE_PEER(peer) ((unsigned)(peer) < DION_DEV_INLINE_PEERS)
 #endif
 
+/* Candidate (perf/CMakeLists.txt, p2p_bench_ool): with DION__LOOKUP_OOL=1 GPU code reaches the tables behind
+ * the inline entries and window slots through calls that are never inlined, so the fast path carries a branch
+ * and no predicated table load beside each selection (the load keeps the compiler from hoisting the
+ * selections out of loops; docs/results/2026-11-30-s3-h200, variant "all"). Same results as the default. */
+#ifndef DION__LOOKUP_OOL
+#define DION__LOOKUP_OOL 0
+#endif
+#if DION__GPU && DION__LOOKUP_OOL
+static __device__ __noinline__ const struct dion_dev_peer *dion__peer_far(const dion_dev_t *d, int peer)
+{
+    return &d->peers[peer];
+}
+static __device__ __noinline__ char *dion__win_base_far(dion_dwin_t w, int rank)
+{
+    return dion__win_peer(w, rank)->base;
+}
+static __device__ __noinline__ uint32_t dion__win_flags_far(dion_dwin_t w)
+{
+    return w->flags;
+}
+#define DION__PEER_FAR(d, peer) dion__peer_far(d, peer)
+#define DION__WIN_BASE_FAR(w, rank) dion__win_base_far(w, rank)
+#define DION__WIN_FLAGS_FAR(w) dion__win_flags_far(w)
+#else
+#define DION__PEER_FAR(d, peer) (&(d)->peers[peer])
+#define DION__WIN_BASE_FAR(w, rank) (dion__win_peer(w, rank)->base)
+#define DION__WIN_FLAGS_FAR(w) ((w)->flags)
+#endif
+
 /* The peer's signal table and scope: from the handle itself for the first peers (parameter bank on the GPU).
  */
 DION_HD uint64_t *dion__peer_signals(const dion_dev_t *d, int peer)
@@ -45,7 +74,7 @@ DION_HD uint64_t *dion__peer_signals(const dion_dev_t *d, int peer)
 #if DION__GPU
     if (DION__INLINE_PEER(peer)) return (uint64_t *)(uintptr_t)DION__PICK8(d->peer_inline, peer, .signals_u);
 #endif
-    return d->peers[peer].signals;
+    return DION__PEER_FAR(d, peer)->signals;
 }
 
 DION_HD uint32_t dion__peer_scope(const dion_dev_t *d, int peer)
@@ -53,7 +82,7 @@ DION_HD uint32_t dion__peer_scope(const dion_dev_t *d, int peer)
 #if DION__GPU
     if (DION__INLINE_PEER(peer)) return (uint32_t)DION__PICK8(d->peer_inline, peer, .scope);
 #endif
-    return d->peers[peer].scope;
+    return DION__PEER_FAR(d, peer)->scope;
 }
 
 DION_HD uint32_t dion__peer_transport(const dion_dev_t *d, int peer)
@@ -61,7 +90,7 @@ DION_HD uint32_t dion__peer_transport(const dion_dev_t *d, int peer)
 #if DION__GPU
     if (DION__INLINE_PEER(peer)) return (uint32_t)DION__PICK8(d->peer_inline, peer, .transport);
 #endif
-    return d->peers[peer].transport;
+    return DION__PEER_FAR(d, peer)->transport;
 }
 
 /* rank's base of window w: from the handle's window slots when w has one (no memory load on the GPU),
@@ -81,7 +110,7 @@ DION_HD char *dion__win_base(const dion_dev_t *d, dion_dwin_t w, int rank)
 #else
     (void)d;
 #endif
-    return dion__win_peer(w, rank)->base;
+    return DION__WIN_BASE_FAR(w, rank);
 }
 
 /* The same selection with branches on the (warp-uniform) slot match and rank bits: the instructions of one
@@ -103,7 +132,7 @@ DION_HD char *dion__win_base_branchy(const dion_dev_t *d, dion_dwin_t w, int ran
 #else
     (void)d;
 #endif
-    return dion__win_peer(w, rank)->base;
+    return DION__WIN_BASE_FAR(w, rank);
 }
 
 DION_HD uint32_t dion__win_flags(const dion_dev_t *d, dion_dwin_t w)
@@ -119,7 +148,7 @@ DION_HD uint32_t dion__win_flags(const dion_dev_t *d, dion_dwin_t w)
 #else
     (void)d;
 #endif
-    return w->flags;
+    return DION__WIN_FLAGS_FAR(w);
 }
 
 /* ---- control words at the tail of a signal table ---- */
