@@ -58,13 +58,13 @@ static __device__ __noinline__ uint32_t dion__win_flags_far(dion_dwin_t w)
 {
     return w->flags;
 }
-#define DION__PEER_FAR(d, peer) dion__peer_far(d, peer)
+#define DION__PEER_FAR(d, peer)     dion__peer_far(d, peer)
 #define DION__WIN_BASE_FAR(w, rank) dion__win_base_far(w, rank)
-#define DION__WIN_FLAGS_FAR(w) dion__win_flags_far(w)
+#define DION__WIN_FLAGS_FAR(w)      dion__win_flags_far(w)
 #else
-#define DION__PEER_FAR(d, peer) (&(d)->peers[peer])
+#define DION__PEER_FAR(d, peer)     (&(d)->peers[peer])
 #define DION__WIN_BASE_FAR(w, rank) (dion__win_peer(w, rank)->base)
-#define DION__WIN_FLAGS_FAR(w) ((w)->flags)
+#define DION__WIN_FLAGS_FAR(w)      ((w)->flags)
 #endif
 
 /* The peer's signal table and scope: from the handle itself for the first peers (parameter bank on the GPU).
