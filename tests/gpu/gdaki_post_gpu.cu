@@ -126,6 +126,12 @@ static void *nic_main(void *arg)
 
 /* ---- the kernel ---- */
 
+/* where each thread is (diag, for the stall report) */
+enum { PH_SPIN = 1, PH_NOP, PH_FA, PH_WAIT, PH_QUIET, PH_DONE, PH_FAILED };
+static const char *const ph_name[] = {
+    "?",        "spinning", "posting a NOP", "posting a fetch-add", "waiting for its fetch-add",
+    "in quiet", "done",     "failed"};
+
 __device__ uint32_t mix(uint32_t x)
 {
     x ^= x >> 16, x *= 0x7feb352du, x ^= x >> 15, x *= 0x846ca68bu, x ^= x >> 16;
@@ -198,10 +204,14 @@ __device__ dion_status_t post1(const dion_gdaki_qp_dev_t *q, const dion__gdaki_w
 }
 
 __global__ void __launch_bounds__(THREADS, 1)
-    post_kernel(dion_gdaki_qp_dev_t q, uint64_t *olds, unsigned *errors, uint64_t timeout_ns, int turn)
+    post_kernel(dion_gdaki_qp_dev_t q, uint64_t *olds, unsigned *errors, uint64_t timeout_ns, int turn,
+                volatile uint64_t *diag)
 {
     const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    /* diag[t]: (iteration << 8) | PH_* of thread t; diag[threads + t]: 1 + its latest fetch-add's position */
+    volatile uint64_t *ph = &diag[t], *fa_at = &diag[BLOCKS * THREADS + t];
     for (uint32_t i = 0; i < ITERS; i++) {
+        *ph = (uint64_t)i << 8 | PH_SPIN;
         uint32_t h = mix(t * 7919u + i * 104729u + 1u);
         long long t0 = clock64();
         while (clock64() - t0 < (long long)(h & 4095u)) { /* lanes of a warp drift apart */
@@ -212,6 +222,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             dion__gdaki_wr_t nop;
             memset(&nop, 0, sizeof nop);
             nop.kind = DION__GDAKI_WR_NOP;
+            *ph = (uint64_t)i << 8 | PH_NOP;
             st = post1(&q, &nop, turn, timeout_ns, &at);
         }
         dion__gdaki_wr_t fa;
@@ -222,30 +233,40 @@ __global__ void __launch_bounds__(THREADS, 1)
         fa.operand = 1;
         fa.cqe = 1;
         fa.result = 1;
+        *ph = (uint64_t)i << 8 | PH_FA;
         if (st == DION_SUCCESS) st = post1(&q, &fa, turn, timeout_ns, &at);
         if (st != DION_SUCCESS) {
+            *ph = (uint64_t)i << 8 | PH_FAILED;
             atomicAdd(errors, 1u);
             return;
         }
+        *fa_at = at + 1;
+        *ph = (uint64_t)i << 8 | PH_WAIT;
         st = dion__gdaki_wait_cons(&q, at + 1, NULL, timeout_ns, &seen);
         uint64_t old = dion__gdaki_result(&q, at, st == DION_SUCCESS);
         if (st != DION_SUCCESS) {
+            *ph = (uint64_t)i << 8 | PH_FAILED;
             atomicAdd(errors, 1u);
             return;
         }
         olds[(size_t)t * ITERS + i] = old;
     }
     uint64_t seen = 0;
+    *ph = (uint64_t)ITERS << 8 | PH_QUIET;
     if (!turn && dion__gdaki_quiet(&q, NULL, timeout_ns, &seen) != DION_SUCCESS) atomicAdd(errors, 1u);
+    *ph = (uint64_t)ITERS << 8 | PH_DONE;
 }
 
 /* When the NIC has had nothing to do for a while but the kernel still runs: copies the QP's counters, marks
  * and pend words out of device memory (a copy beside the running kernel) and prints what stands still, so
  * that one run on a GPU tells which wait holds the posting up. */
-static void stall_report(const char *ctr, char *snap, const nic_t *nic, cudaStream_t side)
+static void stall_report(const char *ctr, char *snap, const uint64_t *diag, uint64_t *diag_h,
+                         const nic_t *nic, cudaStream_t side)
 {
+    const size_t nthreads = (size_t)BLOCKS * THREADS;
     if (cudaMemcpyAsync(snap, ctr, sizeof(dion_gdaki_qp_state_t) + 2 * RING * 8, cudaMemcpyDeviceToHost,
-                        side) != cudaSuccess)
+                        side) != cudaSuccess ||
+        cudaMemcpyAsync(diag_h, diag, 2 * nthreads * 8, cudaMemcpyDeviceToHost, side) != cudaSuccess)
         return;
     time_t t0 = time(NULL);
     while (cudaStreamQuery(side) == cudaErrorNotReady && time(NULL) - t0 < 3) {
@@ -275,10 +296,29 @@ static void stall_report(const char *ctr, char *snap, const nic_t *nic, cudaStre
         if (m <= p) break;
         p = m;
     }
-    for (uint32_t i = 0, k = 0; i < RING; i++)
-        if (pend[i] && k++ < 16)
-            fprintf(stderr, "  stall: pend[%u] held by the fetch-add at %llu\n", i,
-                    (unsigned long long)pend[i] - 1);
+    for (uint32_t i = 0, k = 0; i < RING; i++) {
+        if (!pend[i] || k++ >= 16) continue;
+        int owner = -1;
+        for (size_t t = 0; t < nthreads; t++)
+            if (diag_h[nthreads + t] == pend[i]) owner = (int)t;
+        uint64_t d = owner >= 0 ? diag_h[owner] : 0;
+        fprintf(
+            stderr,
+            "  stall: pend[%u] held by the fetch-add at %llu (%s): thread %d (warp %d) in iteration %llu, "
+            "%s\n",
+            i, (unsigned long long)pend[i] - 1, pend[i] <= st->cons_idx ? "complete" : "not complete", owner,
+            owner / 32, (unsigned long long)(d >> 8), ph_name[d & 0xff]);
+    }
+    static unsigned count[ITERS + 1][PH_FAILED + 1];
+    memset(count, 0, sizeof count);
+    for (size_t t = 0; t < nthreads; t++) {
+        uint64_t it = diag_h[t] >> 8, p = diag_h[t] & 0xff;
+        if (it <= ITERS && p <= PH_FAILED) count[it][p]++;
+    }
+    for (uint32_t it = 0; it <= ITERS; it++)
+        for (uint32_t p = 1; p <= PH_FAILED; p++)
+            if (count[it][p])
+                fprintf(stderr, "  stall: %u threads in iteration %u %s\n", count[it][p], it, ph_name[p]);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -348,12 +388,18 @@ int main(int argc, char **argv)
     if (turn) printf("mode turn: the publication of before issue 9's fix (leaders wait for their turn)\n");
     cudaStream_t side = NULL, run = NULL;
     char *snap = NULL; /* pinned: the copy runs beside the kernel */
+    uint64_t *diag = NULL, *diag_h = NULL;
     if (!cuda_ok(cudaHostAlloc((void **)&snap, sizeof(dion_gdaki_qp_state_t) + 2 * RING * 8, 0),
                  "snapshot") ||
+        !cuda_ok(cudaHostAlloc((void **)&diag_h, 2 * nthreads * 8, 0), "phases") ||
+        !cuda_ok(cudaMalloc((void **)&diag, 2 * nthreads * 8), "cudaMalloc phases") ||
+        !cuda_ok(cudaMemset(diag, 0, 2 * nthreads * 8), "cudaMemset phases") ||
         !cuda_ok(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "side stream") ||
         !cuda_ok(cudaStreamCreateWithFlags(&run, cudaStreamNonBlocking), "kernel stream"))
         return 1;
-    post_kernel<<<BLOCKS, THREADS, 0, run>>>(q, olds, errors, 10000000000ull, turn);
+    /* the memsets above ran on the legacy stream, which a non-blocking stream does not wait for */
+    if (!cuda_ok(cudaDeviceSynchronize(), "setup")) return 1;
+    post_kernel<<<BLOCKS, THREADS, 0, run>>>(q, olds, errors, 10000000000ull, turn, diag);
     cuda_ok(cudaGetLastError(), "launch");
     /* bounded wait: a hang is reported (and the process exits) instead of blocking in a synchronize; when
      * the NIC gets nothing new for 2 s (the posting timeout is 10 s), the QP's state is reported once */
@@ -368,7 +414,7 @@ int main(int argc, char **argv)
         if (ex != last_exec) last_exec = ex, moved = time(NULL);
         if (!reported && time(NULL) - moved >= 2) {
             reported = 1;
-            stall_report(ctr, snap, &nic, side);
+            stall_report(ctr, snap, diag, diag_h, &nic, side);
         }
     }
     if (qe == cudaErrorNotReady) {
