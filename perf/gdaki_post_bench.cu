@@ -41,6 +41,7 @@
 #include "dion/dion.h"
 #include "transports/proxy/proxy.h"
 extern "C" {
+#include "transports/gdaki/qp_mem.h"
 #include "transports/gdaki/softnic/wqe_check.h"
 }
 
@@ -594,12 +595,15 @@ static int run_gdaki(uint32_t kind, uint32_t blocks, const char *test)
     std::vector<mqp_t> m(blocks);
     std::vector<dion_gdaki_qp_dev_t> d(blocks);
     size_t qbytes = (size_t)nw * 64 + 192;
-    dion_gdaki_qp_state_t *st = (dion_gdaki_qp_state_t *)dev_alloc(sizeof *st * blocks);
-    std::vector<void *> scratch_h(blocks);
+    /* counters, marks, pend words and scratch laid out as the backend lays them (transports/gdaki/qp_mem.h)
+     */
+    char *states = (char *)dev_alloc(dion__gdaki_states_bytes(blocks, nw));
+    dion_gdaki_qp_state_t *st = (dion_gdaki_qp_state_t *)states; /* the nq states come first */
+    void *sd = NULL;
+    char *scratch_h = (char *)host_mapped(dion__gdaki_scratch_bytes(blocks, nw), &sd);
     for (uint32_t b = 0; b < blocks; b++) {
-        void *qd = NULL, *sd = NULL;
+        void *qd = NULL;
         uint8_t *h = (uint8_t *)host_mapped(qbytes, &qd);
-        scratch_h[b] = host_mapped((size_t)nw * 8, &sd);
         h[nw * 64 + 128 + 63] = 0xF0; /* CQE op_own: INVALID, owner 0 */
         mqp_t *q = &m[b];
         memset(q, 0, sizeof *q);
@@ -617,10 +621,8 @@ static int run_gdaki(uint32_t kind, uint32_t blocks, const char *test)
         v->dbrec = (uint32_t *)(dq + nw * 64) + 1;
         v->db = (uint64_t *)(dq + nw * 64 + 64);
         v->cq = dq + nw * 64 + 128;
-        v->scratch = (uint64_t *)sd;
-        v->st = &st[b];
-        v->scratch_addr = (uint64_t)(uintptr_t)sd;
-        v->scratch_lkey = LKEY;
+        /* the consumer (a CPU thread) would write fetched values at host addresses */
+        dion__gdaki_qp_bind(v, states, (char *)sd, (uint64_t)(uintptr_t)scratch_h, LKEY, blocks, b, nw);
         v->qpn = q->qpn;
         v->wq_mask = nw - 1;
         v->log_ncqe = 0;
@@ -670,9 +672,10 @@ static int run_gdaki(uint32_t kind, uint32_t blocks, const char *test)
         unordered += q->ord.unordered;
     }
     if (rc == 0) print_rows("dion-gdaki-post", test, blocks, ms, verified, unordered);
-    for (uint32_t b = 0; b < blocks; b++) host_free(m[b].block), host_free(scratch_h[b]);
+    for (uint32_t b = 0; b < blocks; b++) host_free(m[b].block);
+    host_free(scratch_h);
     dev_free(dd);
-    dev_free(st);
+    dev_free(states);
     return rc;
 }
 

@@ -47,7 +47,7 @@ fi
 if want gdaki; then # GPU kernels through the gdaki device half to the softnic model (issue 9), each section timed
   (cd $B && CUDA_VISIBLE_DEVICES=0 DION_LOG=${GDAKI_LOG:-warn} run ctest_gdaki ${GDAKI_SECS:-300} ctest -L gpu -V \
     -R "conf_gpu_gdaki|mlx5_warp_gpu|gdaki_mlx5_gpu|gdaki_post")
-  grep -E "^(PASS|FAIL|SKIP)|FAIL rank|timed out|Test +#" "$OUT/ctest_gdaki.log" | tail -n 60
+  grep -E "^(PASS|FAIL|SKIP)|FAIL rank|timed out|stall:|Test +#" "$OUT/ctest_gdaki.log" | tail -n 60
 fi
 if [ "$NGPU" -ge 2 ] && want proxy2; then # GPU kernels over the proxy with one rank per GPU (no MPS)
   for prov in shm tcp; do

@@ -9,7 +9,9 @@
  * for each other's turn to publish (the QP was failed after the wait timeout and the kernel hung), and an
  * old value could be read after a WQE one lap later overwrote it. Checks: the kernel ends, no thread saw an
  * error, the NIC found no broken invariant, the host word is threads * ITERS, and the old values are exactly
- * 0 .. threads * ITERS - 1 (each once: none lost, none read twice). Exits 77 without a GPU.
+ * 0 .. threads * ITERS - 1 (each once: none lost, none read twice). Exits 77 without a GPU. When the NIC
+ * gets no new WQE for 2 s while the kernel runs, the QP's counters, marks and held pend words are printed
+ * (lines "stall:"): which wait holds the posting up.
  * `gdaki_post_gpu turn` runs the same with the publication of before the fix (leaders wait for their turn),
  * to see on a GPU whether that alone stalls or hangs. */
 #include <cuda_runtime.h>
@@ -58,6 +60,7 @@ typedef struct {
     uint64_t *db;
     uint64_t word; /* the target of the fetch-adds */
     uint64_t executed, cqes;
+    uint64_t pi; /* the producer index of the latest doorbell (for the stall report) */
     int stop;
     char error[512];
 } nic_t;
@@ -89,6 +92,7 @@ static void *nic_main(void *arg)
             }
             pi = npi;
             db_seen = db;
+            __atomic_store_n(&n->pi, pi, __ATOMIC_RELAXED);
         }
         if (next == pi) {
             struct timespec ts = {0, 2000};
@@ -112,7 +116,7 @@ static void *nic_main(void *arg)
                          w.kind);
                 break;
             }
-            n->executed++;
+            __atomic_store_n(&n->executed, n->executed + 1, __ATOMIC_RELAXED);
             if (w.signaled) nic_cqe(n, next, w.opcode);
             next += w.wqebbs;
         }
@@ -121,6 +125,12 @@ static void *nic_main(void *arg)
 }
 
 /* ---- the kernel ---- */
+
+/* where each thread is (diag, for the stall report) */
+enum { PH_SPIN = 1, PH_NOP, PH_FA, PH_WAIT, PH_QUIET, PH_DONE, PH_FAILED };
+static const char *const ph_name[] = {
+    "?",        "spinning", "posting a NOP", "posting a fetch-add", "waiting for its fetch-add",
+    "in quiet", "done",     "failed"};
 
 __device__ uint32_t mix(uint32_t x)
 {
@@ -194,10 +204,14 @@ __device__ dion_status_t post1(const dion_gdaki_qp_dev_t *q, const dion__gdaki_w
 }
 
 __global__ void __launch_bounds__(THREADS, 1)
-    post_kernel(dion_gdaki_qp_dev_t q, uint64_t *olds, unsigned *errors, uint64_t timeout_ns, int turn)
+    post_kernel(dion_gdaki_qp_dev_t q, uint64_t *olds, unsigned *errors, uint64_t timeout_ns, int turn,
+                volatile uint64_t *diag)
 {
     const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    /* diag[t]: (iteration << 8) | PH_* of thread t; diag[threads + t]: 1 + its latest fetch-add's position */
+    volatile uint64_t *ph = &diag[t], *fa_at = &diag[BLOCKS * THREADS + t];
     for (uint32_t i = 0; i < ITERS; i++) {
+        *ph = (uint64_t)i << 8 | PH_SPIN;
         uint32_t h = mix(t * 7919u + i * 104729u + 1u);
         long long t0 = clock64();
         while (clock64() - t0 < (long long)(h & 4095u)) { /* lanes of a warp drift apart */
@@ -208,6 +222,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             dion__gdaki_wr_t nop;
             memset(&nop, 0, sizeof nop);
             nop.kind = DION__GDAKI_WR_NOP;
+            *ph = (uint64_t)i << 8 | PH_NOP;
             st = post1(&q, &nop, turn, timeout_ns, &at);
         }
         dion__gdaki_wr_t fa;
@@ -218,21 +233,92 @@ __global__ void __launch_bounds__(THREADS, 1)
         fa.operand = 1;
         fa.cqe = 1;
         fa.result = 1;
+        *ph = (uint64_t)i << 8 | PH_FA;
         if (st == DION_SUCCESS) st = post1(&q, &fa, turn, timeout_ns, &at);
         if (st != DION_SUCCESS) {
+            *ph = (uint64_t)i << 8 | PH_FAILED;
             atomicAdd(errors, 1u);
             return;
         }
+        *fa_at = at + 1;
+        *ph = (uint64_t)i << 8 | PH_WAIT;
         st = dion__gdaki_wait_cons(&q, at + 1, NULL, timeout_ns, &seen);
         uint64_t old = dion__gdaki_result(&q, at, st == DION_SUCCESS);
         if (st != DION_SUCCESS) {
+            *ph = (uint64_t)i << 8 | PH_FAILED;
             atomicAdd(errors, 1u);
             return;
         }
         olds[(size_t)t * ITERS + i] = old;
     }
     uint64_t seen = 0;
+    *ph = (uint64_t)ITERS << 8 | PH_QUIET;
     if (!turn && dion__gdaki_quiet(&q, NULL, timeout_ns, &seen) != DION_SUCCESS) atomicAdd(errors, 1u);
+    *ph = (uint64_t)ITERS << 8 | PH_DONE;
+}
+
+/* When the NIC has had nothing to do for a while but the kernel still runs: copies the QP's counters, marks
+ * and pend words out of device memory (a copy beside the running kernel) and prints what stands still, so
+ * that one run on a GPU tells which wait holds the posting up. */
+static void stall_report(const char *ctr, char *snap, const uint64_t *diag, uint64_t *diag_h,
+                         const nic_t *nic, cudaStream_t side)
+{
+    const size_t nthreads = (size_t)BLOCKS * THREADS;
+    if (cudaMemcpyAsync(snap, ctr, sizeof(dion_gdaki_qp_state_t) + 2 * RING * 8, cudaMemcpyDeviceToHost,
+                        side) != cudaSuccess ||
+        cudaMemcpyAsync(diag_h, diag, 2 * nthreads * 8, cudaMemcpyDeviceToHost, side) != cudaSuccess)
+        return;
+    time_t t0 = time(NULL);
+    while (cudaStreamQuery(side) == cudaErrorNotReady && time(NULL) - t0 < 3) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (cudaStreamQuery(side) != cudaSuccess) {
+        fprintf(stderr, "  stall: the copy of the QP's counters did not finish\n");
+        return;
+    }
+    const dion_gdaki_qp_state_t *st = (const dion_gdaki_qp_state_t *)snap;
+    const uint64_t *marks = (const uint64_t *)(snap + sizeof *st), *pend = marks + RING;
+    uint32_t tail;
+    memcpy(&tail, nic->cq + 60, 4);
+    fprintf(stderr,
+            "  stall: resv_head %llu ready_head %llu last_wqe %llu last_sig %llu db_lock %llu cons_idx %llu "
+            "err %llu; NIC pi %llu executed %llu CQEs %llu; CQE tail 0x%08x\n",
+            (unsigned long long)st->resv_head, (unsigned long long)st->ready_head,
+            (unsigned long long)st->last_wqe, (unsigned long long)st->last_sig,
+            (unsigned long long)st->db_lock, (unsigned long long)st->cons_idx, (unsigned long long)st->err,
+            (unsigned long long)nic->pi, (unsigned long long)nic->executed, (unsigned long long)nic->cqes,
+            tail);
+    for (uint64_t p = st->ready_head, k = 0; p < st->resv_head && k < 8; k++) { /* the groups waiting */
+        uint64_t m = marks[p & (RING - 1)];
+        fprintf(stderr, "  stall: mark at %llu is %llu%s\n", (unsigned long long)p, (unsigned long long)m,
+                m > p ? "" : " (not written)");
+        if (m <= p) break;
+        p = m;
+    }
+    for (uint32_t i = 0, k = 0; i < RING; i++) {
+        if (!pend[i] || k++ >= 16) continue;
+        int owner = -1;
+        for (size_t t = 0; t < nthreads; t++)
+            if (diag_h[nthreads + t] == pend[i]) owner = (int)t;
+        uint64_t d = owner >= 0 ? diag_h[owner] : 0;
+        fprintf(
+            stderr,
+            "  stall: pend[%u] held by the fetch-add at %llu (%s): thread %d (warp %d) in iteration %llu, "
+            "%s\n",
+            i, (unsigned long long)pend[i] - 1, pend[i] <= st->cons_idx ? "complete" : "not complete", owner,
+            owner / 32, (unsigned long long)(d >> 8), ph_name[d & 0xff]);
+    }
+    static unsigned count[ITERS + 1][PH_FAILED + 1];
+    memset(count, 0, sizeof count);
+    for (size_t t = 0; t < nthreads; t++) {
+        uint64_t it = diag_h[t] >> 8, p = diag_h[t] & 0xff;
+        if (it <= ITERS && p <= PH_FAILED) count[it][p]++;
+    }
+    for (uint32_t it = 0; it <= ITERS; it++)
+        for (uint32_t p = 1; p <= PH_FAILED; p++)
+            if (count[it][p])
+                fprintf(stderr, "  stall: %u threads in iteration %u %s\n", count[it][p], it, ph_name[p]);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -300,14 +386,36 @@ int main(int argc, char **argv)
         return 1;
     }
     if (turn) printf("mode turn: the publication of before issue 9's fix (leaders wait for their turn)\n");
-    post_kernel<<<BLOCKS, THREADS>>>(q, olds, errors, 10000000000ull, turn);
+    cudaStream_t side = NULL, run = NULL;
+    char *snap = NULL; /* pinned: the copy runs beside the kernel */
+    uint64_t *diag = NULL, *diag_h = NULL;
+    if (!cuda_ok(cudaHostAlloc((void **)&snap, sizeof(dion_gdaki_qp_state_t) + 2 * RING * 8, 0),
+                 "snapshot") ||
+        !cuda_ok(cudaHostAlloc((void **)&diag_h, 2 * nthreads * 8, 0), "phases") ||
+        !cuda_ok(cudaMalloc((void **)&diag, 2 * nthreads * 8), "cudaMalloc phases") ||
+        !cuda_ok(cudaMemset(diag, 0, 2 * nthreads * 8), "cudaMemset phases") ||
+        !cuda_ok(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "side stream") ||
+        !cuda_ok(cudaStreamCreateWithFlags(&run, cudaStreamNonBlocking), "kernel stream"))
+        return 1;
+    /* the memsets above ran on the legacy stream, which a non-blocking stream does not wait for */
+    if (!cuda_ok(cudaDeviceSynchronize(), "setup")) return 1;
+    post_kernel<<<BLOCKS, THREADS, 0, run>>>(q, olds, errors, 10000000000ull, turn, diag);
     cuda_ok(cudaGetLastError(), "launch");
-    /* bounded wait: a hang is reported (and the process exits) instead of blocking in a synchronize */
-    time_t t0 = time(NULL);
+    /* bounded wait: a hang is reported (and the process exits) instead of blocking in a synchronize; when
+     * the NIC gets nothing new for 2 s (the posting timeout is 10 s), the QP's state is reported once */
+    time_t t0 = time(NULL), moved = t0;
+    uint64_t last_exec = 0;
+    int reported = 0;
     cudaError_t qe;
-    while ((qe = cudaStreamQuery(0)) == cudaErrorNotReady && time(NULL) - t0 < 90) {
+    while ((qe = cudaStreamQuery(run)) == cudaErrorNotReady && time(NULL) - t0 < 90) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
+        uint64_t ex = __atomic_load_n(&nic.executed, __ATOMIC_RELAXED);
+        if (ex != last_exec) last_exec = ex, moved = time(NULL);
+        if (!reported && time(NULL) - moved >= 2) {
+            reported = 1;
+            stall_report(ctr, snap, diag, diag_h, &nic, side);
+        }
     }
     if (qe == cudaErrorNotReady) {
         fprintf(stderr,

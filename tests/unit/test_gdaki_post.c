@@ -200,8 +200,166 @@ static void test_pend(void)
           dion_status_string(s), (unsigned long long)at);
 }
 
+/* threaded */
+#include <pthread.h>
+#include <time.h>
+#include "transports/gdaki/softnic/wqe_check.h"
+
+#define MT_THREADS 16u
+#define MT_ITERS   2000u
+#define MT_RING    RING
+
+typedef struct {
+    qp_t *x;
+    uint64_t word, executed, cqes;
+    int stop;
+    char error[512];
+} mt_nic_t;
+
+static void *mt_nic(void *arg)
+{
+    mt_nic_t *n = (mt_nic_t *)arg;
+    qp_t *x = n->x;
+    uint64_t db_seen = 0, pi = 0, next = 0;
+    while (!__atomic_load_n(&n->stop, __ATOMIC_ACQUIRE) && !n->error[0]) {
+        uint64_t db = __atomic_load_n(&x->db, __ATOMIC_ACQUIRE);
+        if (db != db_seen) {
+            uint32_t rec = __atomic_load_n(&x->dbr[1], __ATOMIC_ACQUIRE);
+            uint64_t npi = 0;
+            char why[256];
+            if (dion__snic_check_doorbell(db, rec, x->q.qpn, MT_RING, pi, &npi, why, sizeof why)) {
+                snprintf(n->error, sizeof n->error, "doorbell: %s", why);
+                break;
+            }
+            pi = npi;
+            db_seen = db;
+        }
+        while (next < pi) {
+            dion__snic_wqe_t w;
+            char why[256];
+            if (dion__snic_parse_wqe(x->sq, MT_RING, next, pi, x->q.qpn, &w, why, sizeof why)) {
+                snprintf(n->error, sizeof n->error, "WQE at %llu: %s", (unsigned long long)next, why);
+                break;
+            }
+            if (w.kind == DION__SNIC_FETCH_ADD) {
+                uint64_t old = n->word;
+                n->word += w.swap_add;
+                __atomic_store_n((uint64_t *)(uintptr_t)w.laddr, old, __ATOMIC_RELAXED);
+            }
+            __atomic_store_n(&n->executed, n->executed + 1, __ATOMIC_RELAXED);
+            if (w.signaled) {
+                uint8_t c[64];
+                dion__mlx5_cqe_write_req(c, (uint16_t)next, w.opcode, x->q.qpn, 0, (uint32_t)n->cqes & 1u);
+                memcpy(x->cq, c, 60);
+                uint32_t tail;
+                memcpy(&tail, c + 60, 4);
+                __atomic_store_n((uint32_t *)(x->cq + 60), tail, __ATOMIC_RELEASE);
+                n->cqes++;
+            }
+            next += w.wqebbs;
+        }
+    }
+    return NULL;
+}
+
+typedef struct {
+    qp_t *x;
+    uint32_t t;
+    uint64_t *olds;
+    int err;
+} mt_worker_t;
+
+static uint32_t mt_mix(uint32_t x)
+{
+    x ^= x >> 16, x *= 0x7feb352du, x ^= x >> 15, x *= 0x846ca68bu, x ^= x >> 16;
+    return x;
+}
+
+static void *mt_main(void *arg)
+{
+    mt_worker_t *wk = (mt_worker_t *)arg;
+    const dion_gdaki_qp_dev_t *q = &wk->x->q;
+    for (uint32_t i = 0; i < MT_ITERS; i++) {
+        uint32_t h = mt_mix(wk->t * 7919u + i * 104729u + 1u);
+        for (volatile uint32_t s = 0; s < (h & 1023u); s++) {
+        }
+        uint64_t at = 0, seen = 0;
+        dion_status_t st = DION_SUCCESS;
+        if (h & 0x30000u) {
+            dion__gdaki_wr_t w = nop(0);
+            st = dion__gdaki_post(q, &w, 1, NULL, 5000000000ull, &at);
+        }
+        dion__gdaki_wr_t fa;
+        memset(&fa, 0, sizeof fa);
+        fa.kind = DION__GDAKI_WR_FETCH_ADD;
+        fa.raddr = 4096;
+        fa.rkey = 9;
+        fa.operand = 1;
+        fa.cqe = 1;
+        fa.result = 1;
+        if (st == DION_SUCCESS) st = dion__gdaki_post(q, &fa, 1, NULL, 5000000000ull, &at);
+        if (st != DION_SUCCESS) {
+            fprintf(stderr, "thread %u iter %u: post: %s\n", wk->t, i, dion_status_string(st));
+            wk->err = 1;
+            return NULL;
+        }
+        st = dion__gdaki_wait_cons(q, at + 1, NULL, 5000000000ull, &seen);
+        uint64_t old = dion__gdaki_result(q, at, st == DION_SUCCESS);
+        if (st != DION_SUCCESS) {
+            fprintf(stderr, "thread %u iter %u: wait for %llu: %s (cons %llu)\n", wk->t, i,
+                    (unsigned long long)at + 1, dion_status_string(st), (unsigned long long)seen);
+            wk->err = 1;
+            return NULL;
+        }
+        wk->olds[(size_t)wk->t * MT_ITERS + i] = old;
+    }
+    return NULL;
+}
+
+static int mt_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_threads(void)
+{
+    static qp_t x;
+    qp_init(&x);
+    mt_nic_t nic;
+    memset(&nic, 0, sizeof nic);
+    nic.x = &x;
+    size_t nops = (size_t)MT_THREADS * MT_ITERS;
+    uint64_t *olds = calloc(nops, 8);
+    pthread_t nt, th[MT_THREADS];
+    mt_worker_t wk[MT_THREADS];
+    pthread_create(&nt, NULL, mt_nic, &nic);
+    for (uint32_t t = 0; t < MT_THREADS; t++) {
+        wk[t] = (mt_worker_t){&x, t, olds, 0};
+        pthread_create(&th[t], NULL, mt_main, &wk[t]);
+    }
+    int errs = 0;
+    for (uint32_t t = 0; t < MT_THREADS; t++) {
+        pthread_join(th[t], NULL);
+        errs += wk[t].err;
+    }
+    __atomic_store_n(&nic.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(nt, NULL);
+    CHECK(!nic.error[0], "NIC: %s", nic.error);
+    CHECK(errs == 0, "%d threads failed; NIC executed %llu, %llu CQEs, resv %llu ready %llu cons %llu", errs,
+          (unsigned long long)nic.executed, (unsigned long long)nic.cqes, (unsigned long long)x.st.resv_head,
+          (unsigned long long)x.st.ready_head, (unsigned long long)x.st.cons_idx);
+    CHECK(nic.word == nops, "word %llu", (unsigned long long)nic.word);
+    qsort(olds, nops, 8, mt_cmp);
+    size_t bad = 0;
+    for (size_t i = 0; i < nops; i++) bad += olds[i] != i;
+    CHECK(bad == 0, "%zu bad old values", bad);
+    free(olds);
+}
+
 int main(void)
 {
+    test_threads();
     test_lift();
     test_publish();
     test_pend();

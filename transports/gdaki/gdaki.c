@@ -9,6 +9,7 @@
 
 #include "src/cuda.h"
 #include "transports/gdaki/nic.h"
+#include "transports/gdaki/qp_mem.h"
 #if defined(DION_HAVE_GDAKI_MLX5)
 #include "transports/gdaki/mlx5_nic.h"
 #endif
@@ -396,7 +397,8 @@ static dion_status_t dion__gd_dev_init(dion_comm_t c, void *state, void *signals
     if (d) d->depth = (uint32_t)depth;
     /* counters and marks (the posting threads' atomics stay there) and the scratch words atomics return
      * into */
-    size_t mb = nq * (size_t)depth * 8u, sb = nq * sizeof(dion_gdaki_qp_state_t) + 2 * mb, xb = mb;
+    size_t sb = dion__gdaki_states_bytes(nq, (uint32_t)depth),
+           xb = dion__gdaki_scratch_bytes(nq, (uint32_t)depth);
     if (st == DION_SUCCESS && used) {
         if (cpu) {
             d->states = aligned_alloc(64, sb);
@@ -441,12 +443,7 @@ static dion_status_t dion__gd_dev_init(dion_comm_t c, void *state, void *signals
                     "CQ and the %lld WQEBBs asked for",
                     gc->N->name, q->wq_mask + 1u,
                     (q->flags & DION_GDAKI_QP_COLLAPSED) ? "a collapsed" : "a normal", depth);
-            q->st = (dion_gdaki_qp_state_t *)(d->states + i * sizeof(dion_gdaki_qp_state_t));
-            q->marks = (uint64_t *)(d->states + nq * sizeof(dion_gdaki_qp_state_t) + i * (size_t)depth * 8u);
-            q->pend = (uint64_t *)((char *)q->marks + mb);
-            q->scratch = (uint64_t *)(d->scratch_dev + i * (size_t)depth * 8u);
-            q->scratch_addr = sladdr + i * (size_t)depth * 8u;
-            q->scratch_lkey = slkey;
+            dion__gdaki_qp_bind(q, d->states, d->scratch_dev, sladdr, slkey, nq, i, (uint32_t)depth);
             q->peer = p;
         }
     dion_status_t ag = dion__comm_agree(c, st, "creating gdaki's QPs");
