@@ -589,6 +589,7 @@ dion_status_t dion_dev_create(dion_comm_t c, const dion_dev_attr_t *attr, dion_d
             if (r < DION_DEV_INLINE_PEERS) h->peers_copy[r] = peers[r];
         }
         if (cpu || c->host_windows) flags |= DION_DEVF_SYS;
+        if (cpu || h->table_pinned) flags |= DION_DEVF_SIGHOST;
         ag = dion__comm_agree(c, st, "mapping the peers' signal tables");
     }
 

@@ -99,6 +99,19 @@ DION_HD int dion__proxy_amo_route(const dion_ctx_t *c, int peer)
         (peer == (int)c->dev.rank || dion__peer_transport(&c->dev, peer) == DION_TRANSPORT_PROXY));
 }
 
+/* Whether a signal to peer goes through the proxy. On a handle with proxy peers whose signal table is host
+ * memory, this rank's signals to itself go there too: the proxy's engine applies the peers' signal ADDs with
+ * CPU atomics (shm, tcp: in the target's proxy), and a GPU red.add on pinned host memory crosses PCIe as a
+ * read and a write, so a peer's ADD landing in between was lost (issue 8: "ADD from all ranks" read 1 of 3
+ * over shm on the H200). One word must see one kind of atomic, as for dion__proxy_amo_route. */
+DION_HD int dion__proxy_sig_route(const dion_ctx_t *c, int peer)
+{
+    return DION__COLD((c->dev.flags & DION_DEVF_PROXY) &&
+                      (peer == (int)c->dev.rank
+                           ? (c->dev.flags & DION_DEVF_SIGHOST) != 0
+                           : dion__peer_transport(&c->dev, peer) == DION_TRANSPORT_PROXY));
+}
+
 DION_HD const dion_proxy_ring_dev_t *dion__ctx_ring(const dion_ctx_t *c)
 {
     return &c->dev.proxy_rings[c->index];
@@ -610,6 +623,20 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
     dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
     /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
     dion__group_sync(g);
+#if DION__HAS_PROXY
+    if (r == 0 &&
+        dion__proxy_sig_route(&c, peer)) { /* to itself: the signal through the proxy, after the data */
+        dion__fence(DION_SCOPE_SYS);
+        dion_status_t st = dion__proxy_signal(&c, peer, sig, (uint32_t)op & 1u, value, DION_OP_PUT_SIGNAL);
+        if (counter != DION__NO_COUNTER) dion__lcount_add(&c, counter);
+        DION__STAT(&c, puts, 1);
+        DION__STAT(&c, put_bytes, bytes);
+        DION__STAT(&c, signals, 1);
+        DION__TRACE(&c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, st);
+        (void)st;
+        return;
+    }
+#endif
     if (r == 0) {
         /* The data must precede the signal whatever the op says: put_signal always releases. Only the leader
          * works out where to signal: in a block every instruction that all threads run costs 32 warps' issue.
@@ -704,7 +731,7 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
 {
     if (dion__check_enabled(&c) && !dion__check_signal_args(&c, peer, sig, op, DION_OP_SIGNAL, 1)) return;
 #if DION__HAS_PROXY
-    if (dion__is_proxy(&c, peer)) {
+    if (dion__proxy_sig_route(&c, peer)) {
         dion_status_t st = dion__proxy_signal(&c, peer, sig, (uint32_t)op, value, DION_OP_SIGNAL);
         DION__STAT(&c, signals, 1);
         DION__TRACE(&c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, (uint32_t)op, st);

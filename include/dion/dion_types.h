@@ -236,6 +236,7 @@ struct dion_dev_trace {
 #define DION_DEVF_TRACE 0x10u /* DION_TRACE is set: device calls record events (device/trace.cuh) */
 #define DION_DEVF_PROXY 0x20u /* some peer is served by the proxy: proxy_rings is set */
 #define DION_DEVF_GDAKI 0x40u /* some peer is served by gdaki: gdaki is set */
+#define DION_DEVF_SIGHOST 0x80u /* this rank's signal table is host memory (CPU mode, pinned for the proxy) */
 
 /* Words at the tail of every signal table, after the user's signals. */
 #define DION_CTL_ABORT       0 /* nonzero: the comm was aborted; holds a dion_status_t */

@@ -339,6 +339,51 @@ static void dt_test_signals(void)
     dt_free(result);
 }
 
+/* Signal ADD storm (issue 8): every rank adds 1 to word DT_SIG_STORM of every rank, its own included, k
+ * times, one at a time round the ranks, with ADD and ADD_RELAXED; then waits for n*k. Over the proxy the
+ * peers' ADDs are CPU (or NIC) atomics on the host table while this rank's own went through the GPU: a GPU
+ * red.add on pinned host memory is a read and a write over PCIe, and a peer's ADD between them was lost. */
+#define DT_SIG_STORM 9
+
+typedef struct {
+    dion_dev_t dev;
+    uint32_t k;
+    uint64_t *result;
+} dt_storm_args_t;
+
+DT_KERNEL(dt_storm_kernel, dt_storm_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int me = (int)a->dev.rank, n = (int)a->dev.nranks;
+    for (uint32_t i = 0; i < a->k; i++)
+        for (int j = 0; j < n; j++)
+            dion_signal(c, (me + j) % n, DT_SIG_STORM, (i & 1) ? DION_SIG_ADD_RELAXED : DION_SIG_ADD, 1);
+    uint64_t seen = 0;
+    a->result[0] = dion_wait(c, DT_SIG_STORM, DION_CMP_EQ, (uint64_t)n * a->k, &seen) != DION_SUCCESS;
+    a->result[1] = seen;
+    a->result[2] = dion_signal_read(c, DT_SIG_STORM);
+    dion_quiet(c);
+}
+
+static void dt_test_sig_storm(uint32_t k)
+{
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    dt_storm_args_t a = {dt_dev, k, result};
+    DT_OK(dion_comm_barrier(dt_comm));
+    if (DT_LAUNCH(dt_storm_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    uint64_t r[DT_RESULTS];
+    dt_get(r, result, sizeof r);
+    uint64_t total = (uint64_t)dt_n * k;
+    if (r[0] || r[1] != total || r[2] != total)
+        DT_FAIL(
+            "signal ADD storm: waited %llu (%s), read %llu, expected %llu (%u ADDs from each of %d ranks)",
+            (unsigned long long)r[1], r[0] ? "timed out" : "held", (unsigned long long)r[2],
+            (unsigned long long)total, k, dt_n);
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_free(result);
+}
+
 /* ================================================================================================ */
 /* 3. A stream of put_signal with increasing values: every value observed must come with its data.    */
 
@@ -1751,6 +1796,12 @@ static int dt_main(int argc, char **argv)
         DT_RUN("DION_STATS=1: per-context counters", dt_test_stats(win));
     } else if (!strcmp(mode, "trace")) {
         DT_RUN("DION_TRACE: put_signal ping-pong", dt_test_trace(win));
+    } else if (!strcmp(mode, "sigadd")) {
+        /* DT_SIGADD_COUNT: ADDs per rank to every rank's word (default 2000) */
+        uint32_t k = getenv("DT_SIGADD_COUNT") ? (uint32_t)atoi(getenv("DT_SIGADD_COUNT")) : 2000u;
+        if (k < 1 || k > 1000000) k = 2000;
+        DT_RUN("signal ADD storm: every rank adds to every rank's word, its own included",
+               dt_test_sig_storm(k));
     } else if (!strcmp(mode, "stress")) {
         /* DT_STRESS_COUNT: messages per rank (default 400) */
         uint32_t count = getenv("DT_STRESS_COUNT") ? (uint32_t)atoi(getenv("DT_STRESS_COUNT")) : 400u;
@@ -1762,9 +1813,10 @@ static int dt_main(int argc, char **argv)
     } else if (!strcmp(mode, "abort")) {
         DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
     } else {
-        fprintf(stderr,
-                "usage: %s [all|atomics|check|stats|trace|stress|abort|peerfail N|peerfail_stream N]\n",
-                argv[0]);
+        fprintf(
+            stderr,
+            "usage: %s [all|atomics|check|stats|trace|sigadd|stress|abort|peerfail N|peerfail_stream N]\n",
+            argv[0]);
         return 2;
     }
     int mine = dt_failures, *all = (int *)calloc((size_t)dt_n, sizeof(int)), total = 0;

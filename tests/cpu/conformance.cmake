@@ -59,6 +59,15 @@ dion_test(NAME conf_cpu_proxy_staged_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 -
           LABELS "host;cpu" TIMEOUT 240
           ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_PROXY_STAGING=always;DION_WAIT_TIMEOUT=60s;DT_STREAM_COUNT=500")
 set_tests_properties(conf_cpu_proxy_staged_shm_2 PROPERTIES RUN_SERIAL TRUE)
+# Issue 8: signal ADDs from every rank to every rank's word, its own included, over shm with staged windows.
+# On a GPU a rank's own ADD was a GPU atomic on the host table next to the engine's CPU atomics and lost a
+# peer's ADD; CPU atomics do not lose it, so the CPU run checks the totals and, by the proxy threads' command
+# counts (100 ADDs to each of 2 ranks and a quiet = 201), that the own ADDs go through the proxy.
+dion_test(NAME conf_cpu_proxy_sigadd_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> sigadd
+          LABELS "host;cpu" TIMEOUT 120
+          ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_PROXY_STAGING=always;DION_WAIT_TIMEOUT=60s;DT_SIGADD_COUNT=100;DION_LOG=info")
+set_tests_properties(conf_cpu_proxy_sigadd_shm_2 PROPERTIES RUN_SERIAL TRUE
+                     PASS_REGULAR_EXPRESSION "proxy thread 0: 201 commands.*proxy thread 0: 201 commands.*PASS: 2 ranks, 0 failures")
 dion_test(NAME conf_cpu_proxy_staged_stress_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> stress
           LABELS "host;cpu" TIMEOUT 120
           ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DION_PROXY_STAGING=always;DION_WAIT_TIMEOUT=60s;DT_STRESS_COUNT=200")

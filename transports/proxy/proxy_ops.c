@@ -250,6 +250,29 @@ static dion_status_t dion__px_self_amo(dion__pxc_t *pc, dion_proxy_cmd_t *c)
     return DION_SUCCESS;
 }
 
+/* A signal of this rank to itself (device code sends them here when its signal table is host memory and the
+ * handle has proxy peers, dion__proxy_sig_route): a CPU atomic, as the engines apply the peers' signals, so
+ * that one word sees one kind of atomic. Complete at once; ring order keeps it after the caller's earlier
+ * commands, and the device fenced its own puts before it. */
+static dion_status_t dion__px_self_signal(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *c)
+{
+    const dion__pxr_t *t = g->d->sig;
+    if (!t || t->gpu || ((uint64_t)c->u.rma.sig + 1) * 8 > t->bytes)
+        return dion__error(DION_ERR_INTERNAL,
+                           "proxy: rank %d signals word %u of its own signal table, which the proxy cannot "
+                           "update (%s)",
+                           pc->comm->rank, c->u.rma.sig,
+                           !t       ? "none"
+                           : t->gpu ? "GPU memory"
+                                    : "too small");
+    uint64_t *w = (uint64_t *)t->base + c->u.rma.sig;
+    if (c->u.rma.sig_op & 1u)
+        __atomic_fetch_add(w, c->u.rma.value, __ATOMIC_SEQ_CST);
+    else
+        __atomic_store_n(w, c->u.rma.value, __ATOMIC_SEQ_CST);
+    return DION_SUCCESS;
+}
+
 /* Posts what one command needs; *need gets the engine operations (and notices) posted. BUSY: nothing (more)
  * posted, the command comes again. */
 static dion_status_t dion__px_post(dion__pxc_t *pc, dion__pxg_t *g, dion_proxy_cmd_t *c, uint64_t pos,
@@ -264,6 +287,7 @@ static dion_status_t dion__px_post(dion__pxc_t *pc, dion__pxg_t *g, dion_proxy_c
     int self_amo =
         peer == pc->comm->rank && (c->op == DION_PROXY_OP_FETCH_ADD || c->op == DION_PROXY_OP_COMPARE_SWAP);
     if (self_amo) return dion__px_self_amo(pc, c);
+    if (peer == pc->comm->rank && c->op == DION_PROXY_OP_SIGNAL) return dion__px_self_signal(pc, g, c);
     if (peer < 0 || peer >= pc->comm->nranks || peer == pc->comm->rank)
         return dion__error(DION_ERR_INVALID_ARG,
                            "proxy: a command names rank %d; the comm has ranks 0-%d and "
