@@ -32,7 +32,7 @@ int dion__slice_ms(uint64_t deadline_ns)
     return ms > DION__POLL_SLICE_MS ? DION__POLL_SLICE_MS : (int)ms;
 }
 
-static void dion__to_sockaddr(const dion__addr_t *a, struct sockaddr_storage *ss, socklen_t *len)
+void dion__to_sockaddr(const dion__addr_t *a, struct sockaddr_storage *ss, socklen_t *len)
 {
     memset(ss, 0, sizeof *ss);
     if (a->family == 6) {

@@ -31,6 +31,8 @@ dion_status_t dion__connect(const dion__addr_t *addr, uint64_t deadline_ns, int 
 /* Accepts one connection before the deadline; DION_ERR_TIMEOUT otherwise. */
 dion_status_t dion__accept(int lfd, uint64_t deadline_ns, int *fd, dion__addr_t *peer);
 dion_status_t dion__local_addr(int fd, dion__addr_t *out);
+/* The socket form of a, for connect and bind; *len gets its size. */
+void dion__to_sockaddr(const dion__addr_t *a, struct sockaddr_storage *ss, socklen_t *len);
 void dion__set_nonblock(int fd);
 
 /* Whole-buffer transfers bounded by a deadline. EOF and resets give DION_ERR_PEER_FAILED. */

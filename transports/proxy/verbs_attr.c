@@ -6,20 +6,9 @@
 #include <string.h>
 
 #include "engine_verbs.h"
+#include "wire_le.h"
 
 /* ---- blobs ---- */
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 #define DION__VERBS_ADDR_MAGIC 0x31425644u /* "DVB1" */
 #define DION__VERBS_RKEY_MAGIC 0x314b5244u /* "DRK1" */
@@ -27,10 +16,10 @@ static uint64_t get_le(const uint8_t *p, int n)
 void dion__verbs_addr_pack(const dion__verbs_addr_t *a, uint8_t out[DION__VERBS_ADDR_BYTES])
 {
     memset(out, 0, DION__VERBS_ADDR_BYTES);
-    put_le(out + 0, DION__VERBS_ADDR_MAGIC, 4);
-    put_le(out + 4, a->qpn & 0xffffff, 4);
-    put_le(out + 8, a->psn & 0xffffff, 4);
-    put_le(out + 12, a->lid, 2);
+    dion__verbs_put_le(out + 0, DION__VERBS_ADDR_MAGIC, 4);
+    dion__verbs_put_le(out + 4, a->qpn & 0xffffff, 4);
+    dion__verbs_put_le(out + 8, a->psn & 0xffffff, 4);
+    dion__verbs_put_le(out + 12, a->lid, 2);
     out[14] = a->link;
     out[15] = a->mtu;
     out[16] = a->global;
@@ -40,16 +29,16 @@ void dion__verbs_addr_pack(const dion__verbs_addr_t *a, uint8_t out[DION__VERBS_
 
 dion_status_t dion__verbs_addr_unpack(const uint8_t *in, size_t len, dion__verbs_addr_t *a)
 {
-    if (len != DION__VERBS_ADDR_BYTES || get_le(in, 4) != DION__VERBS_ADDR_MAGIC)
+    if (len != DION__VERBS_ADDR_BYTES || dion__verbs_get_le(in, 4) != DION__VERBS_ADDR_MAGIC)
         return dion__error_set(
             DION_ERR_INTERNAL,
             "proxy/verbs: a peer's QP address is malformed (%zu bytes, expected %d starting "
             "with the proxy/verbs tag); are all ranks running the same DION build?",
             len, DION__VERBS_ADDR_BYTES);
     memset(a, 0, sizeof *a);
-    a->qpn = (uint32_t)get_le(in + 4, 4);
-    a->psn = (uint32_t)get_le(in + 8, 4);
-    a->lid = (uint16_t)get_le(in + 12, 2);
+    a->qpn = (uint32_t)dion__verbs_get_le(in + 4, 4);
+    a->psn = (uint32_t)dion__verbs_get_le(in + 8, 4);
+    a->lid = (uint16_t)dion__verbs_get_le(in + 12, 2);
     a->link = in[14];
     a->mtu = in[15];
     a->global = in[16];
@@ -66,21 +55,21 @@ dion_status_t dion__verbs_addr_unpack(const uint8_t *in, size_t len, dion__verbs
 
 void dion__verbs_rkey_pack(const dion__verbs_mr_t *mr, uint8_t out[DION__VERBS_RKEY_BYTES])
 {
-    put_le(out + 0, mr->addr, 8);
-    put_le(out + 8, mr->len, 8);
-    put_le(out + 16, mr->rkey, 4);
-    put_le(out + 20, DION__VERBS_RKEY_MAGIC, 4);
+    dion__verbs_put_le(out + 0, mr->addr, 8);
+    dion__verbs_put_le(out + 8, mr->len, 8);
+    dion__verbs_put_le(out + 16, mr->rkey, 4);
+    dion__verbs_put_le(out + 20, DION__VERBS_RKEY_MAGIC, 4);
 }
 
 dion_status_t dion__verbs_rkey_unpack(const uint8_t *in, size_t len, dion__verbs_rkey_t *rk)
 {
-    if (len != DION__VERBS_RKEY_BYTES || get_le(in + 20, 4) != DION__VERBS_RKEY_MAGIC)
+    if (len != DION__VERBS_RKEY_BYTES || dion__verbs_get_le(in + 20, 4) != DION__VERBS_RKEY_MAGIC)
         return dion__error_set(DION_ERR_INTERNAL,
                                "proxy/verbs: a peer's memory key is malformed (%zu bytes, expected %d)", len,
                                DION__VERBS_RKEY_BYTES);
-    rk->addr = get_le(in, 8);
-    rk->len = get_le(in + 8, 8);
-    rk->rkey = (uint32_t)get_le(in + 16, 4);
+    rk->addr = dion__verbs_get_le(in, 8);
+    rk->len = dion__verbs_get_le(in + 8, 8);
+    rk->rkey = (uint32_t)dion__verbs_get_le(in + 16, 4);
     return DION_SUCCESS;
 }
 

@@ -14,6 +14,7 @@
 #include "bootstrap/net.h"
 #include "engine.h"
 #include "verbs_cm.h"
+#include "wire_le.h"
 
 #define VCM_MAGIC    0x31435644u /* "DVC1" */
 #define VCM_RETRY_NS 20000000ull /* a refused or broken attempt is tried again after 20 ms */
@@ -65,64 +66,34 @@ static void set_state(dion__vcm_t *m, vpeer_t *p, int state)
 
 /* ---- wire ---- */
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 void dion__vcm_msg_pack(const dion__vcm_msg_t *m, uint8_t out[DION__VCM_MSG_BYTES])
 {
     memset(out, 0, DION__VCM_MSG_BYTES);
-    put_le(out, VCM_MAGIC, 4);
-    put_le(out + 4, m->kind, 4);
-    put_le(out + 8, m->from, 4);
-    put_le(out + 12, m->to, 4);
-    put_le(out + 16, m->key, 8);
+    dion__verbs_put_le(out, VCM_MAGIC, 4);
+    dion__verbs_put_le(out + 4, m->kind, 4);
+    dion__verbs_put_le(out + 8, m->from, 4);
+    dion__verbs_put_le(out + 12, m->to, 4);
+    dion__verbs_put_le(out + 16, m->key, 8);
     memcpy(out + 24, m->blob, DION__VERBS_ADDR_BYTES);
 }
 
 int dion__vcm_msg_unpack(const uint8_t in[DION__VCM_MSG_BYTES], dion__vcm_msg_t *m)
 {
-    if (get_le(in, 4) != VCM_MAGIC) return -1;
-    m->kind = (uint32_t)get_le(in + 4, 4);
-    m->from = (uint32_t)get_le(in + 8, 4);
-    m->to = (uint32_t)get_le(in + 12, 4);
-    m->key = get_le(in + 16, 8);
+    if (dion__verbs_get_le(in, 4) != VCM_MAGIC) return -1;
+    m->kind = (uint32_t)dion__verbs_get_le(in + 4, 4);
+    m->from = (uint32_t)dion__verbs_get_le(in + 8, 4);
+    m->to = (uint32_t)dion__verbs_get_le(in + 12, 4);
+    m->key = dion__verbs_get_le(in + 16, 8);
     memcpy(m->blob, in + 24, DION__VERBS_ADDR_BYTES);
     return m->kind >= DION__VCM_HELLO && m->kind <= DION__VCM_ACK ? 0 : -1;
 }
 
 static void addr_pack(const dion__addr_t *a, uint64_t key, uint8_t out[DION__VCM_ADDR_BYTES])
 {
-    put_le(out, a->family, 2);
-    put_le(out + 2, a->port, 2);
+    dion__verbs_put_le(out, a->family, 2);
+    dion__verbs_put_le(out + 2, a->port, 2);
     memcpy(out + 4, a->addr, 16);
-    put_le(out + 20, key, 8);
-}
-
-static void to_sockaddr(const dion__addr_t *a, struct sockaddr_storage *ss, socklen_t *len)
-{
-    memset(ss, 0, sizeof *ss);
-    if (a->family == 6) {
-        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons(a->port);
-        memcpy(&s6->sin6_addr, a->addr, 16);
-        *len = sizeof *s6;
-    } else {
-        struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-        s4->sin_family = AF_INET;
-        s4->sin_port = htons(a->port);
-        memcpy(&s4->sin_addr, a->addr, 4);
-        *len = sizeof *s4;
-    }
+    dion__verbs_put_le(out + 20, key, 8);
 }
 
 /* ---- opening ---- */
@@ -170,10 +141,10 @@ dion_status_t dion__vcm_peers(dion__vcm_t *m, const uint8_t *all, int nranks)
         const uint8_t *a = all + (size_t)r * DION__VCM_ADDR_BYTES;
         vpeer_t *p = &m->peers[r];
         memset(&p->addr, 0, sizeof p->addr);
-        p->addr.family = (uint16_t)get_le(a, 2);
-        p->addr.port = (uint16_t)get_le(a + 2, 2);
+        p->addr.family = (uint16_t)dion__verbs_get_le(a, 2);
+        p->addr.port = (uint16_t)dion__verbs_get_le(a + 2, 2);
         memcpy(p->addr.addr, a + 4, 16);
-        p->key = get_le(a + 20, 8);
+        p->key = dion__verbs_get_le(a + 20, 8);
         if (r != m->rank && ((p->addr.family != 4 && p->addr.family != 6) || !p->addr.port))
             return dion__error_set(DION_ERR_INTERNAL,
                                    "proxy/verbs: rank %d's on-demand connection address is malformed (family "
@@ -276,7 +247,7 @@ static void conn_start(dion__vcm_t *m, int peer)
     }
     struct sockaddr_storage ss;
     socklen_t len;
-    to_sockaddr(&p->addr, &ss, &len);
+    dion__to_sockaddr(&p->addr, &ss, &len);
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         peer_fail(m, peer, strerror(errno));
