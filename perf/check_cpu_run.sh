@@ -4,8 +4,8 @@
 # usage: check_cpu_run.sh PYTHON OUTDIR TESTS DIONRUN DION_PERF [proxy]
 # The rows each test of TESTS writes (CPU mode, 2 ranks) must all be there. proxy: every peer through the proxy
 # backend (DION_TRANSPORT=proxy; the caller picks the provider with DION_OFI_PROVIDER), sizes 8..64, and the
-# proxy's pickup row measured under impl dion-proxy[-provider]; otherwise p2p, sizes 8..256, and the pickup row
-# says why it was skipped.
+# proxy's pickup row measured under impl dion-proxy[-provider] and the packet rows skipped; otherwise p2p, sizes
+# 8..256 with the packet rows, and the pickup row says why it was skipped.
 set -eu
 py=$1 out=$2 tests=$3 dionrun=$4 perf=$5 mode=${6:-p2p}
 csv="$out/perf_cpu_$mode.csv"
@@ -40,7 +40,12 @@ if [ "$mode" = proxy ]; then
     exit 1
   fi
   rows=$rows,proxy_pickup
+  grep -Eq '^packet_pingpong +skipped: packet puts are carried by p2p' "$txt" || {
+    echo "FAIL: no skipped packet_pingpong line in the table (the proxy does not carry packet puts)"
+    exit 1
+  }
 else
+  rows=$rows,packet_pingpong
   grep -Eq '^proxy_pickup +skipped: no peer of rank 0 is served by the proxy' "$txt" || {
     echo "FAIL: no skipped proxy_pickup line in the table"
     exit 1

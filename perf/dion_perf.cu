@@ -59,7 +59,7 @@ static dion_comm_t comm;
     } while (0)
 
 static const char *ALL_TESTS =
-    "signal,put_signal,put_bw,put_bw_bidir,msgrate,put_quiet,get,fetch_add,barrier,proxy_pickup";
+    "signal,put_signal,packet,put_bw,put_bw_bidir,msgrate,put_quiet,get,fetch_add,barrier,proxy_pickup";
 
 static void usage(const char *argv0)
 {
@@ -585,6 +585,8 @@ int main(int argc, char **argv)
     a.peer = peer;
     a.times = times;
     a.status = status;
+    a.local = base;
+    a.out = area + area / 2; /* packets land at dst (area) and are unpacked here */
     int failures = 0;
     uint64_t base_value = 0;
     const unsigned bt = (unsigned)O.block_threads, wt = cpu_ ? std::min(bt, 32u) : 32u;
@@ -614,8 +616,11 @@ int main(int argc, char **argv)
         int bad = st[0] || st[1] || dion_dev_check(comm, &dev) != DION_SUCCESS;
         if (bad)
             fprintf(stderr, "FAIL rank %d: %s %s %lld: %s\n", rank_, test, group, bytes, dion_last_error());
-        /* what each row moved: ping-pongs both ways, put+quiet to rank 1, get into rank 0 */
-        if (!bad && bytes && who == 1 && active) bad = check_landed(base, area, 0, (size_t)bytes, peer, test);
+        /* what each row moved: ping-pongs both ways (packets: their unpacked payloads), put+quiet to rank 1,
+         * get into rank 0 */
+        size_t landed = op >= T_PKT_THREAD ? a.out : area;
+        if (!bad && bytes && who == 1 && active)
+            bad = check_landed(base, landed, 0, (size_t)bytes, peer, test);
         if (!bad && bytes && op >= T_PQ_THREAD && op <= T_PQ_BLOCK && rank_ == 1)
             bad = check_landed(base, area, 0, (size_t)bytes, 0, test);
         if (!bad && bytes && op >= T_GET_THREAD && op <= T_GET_BLOCK && rank_ == 0)
@@ -649,6 +654,21 @@ int main(int argc, char **argv)
             for (int g = 0; g < 3; g++)
                 if (bench_in_list(O.groups, gnames[g]) && (g || b <= O.thread_max))
                     latency_row("put_signal_pingpong", gnames[g], T_PS_THREAD + g, b, 1, "oneway_us", 0.5);
+    /* Packet puts (p2p and CPU mode only: the network backends do not carry them), at the put_signal sizes up
+     * to 4 KiB for the crossover plot: each message takes twice its payload in the region at dst, which
+     * must stay below the unpacked copy at area + area / 2. */
+    if (wants("packet")) {
+        int p2p = !strcmp(transport_name(dev.peer_inline[1].transport), "p2p");
+        OK(dion_comm_bcast(comm, &p2p, sizeof p2p, 0));
+        if (!p2p)
+            skipped("packet_pingpong", "packet puts are carried by p2p (and CPU mode) only");
+        else
+            for (long long b : sizes)
+                for (int g = 0; g < 3; g++)
+                    if (bench_in_list(O.groups, gnames[g]) && (g || b <= O.thread_max) && b <= 4096 &&
+                        DION_PACKET_SPAN(b) <= area / 2)
+                        latency_row("packet_pingpong", gnames[g], T_PKT_THREAD + g, b, 1, "oneway_us", 0.5);
+    }
     if (wants("put_quiet"))
         for (long long b : sizes)
             for (int g = 0; g < 3; g++)

@@ -33,7 +33,10 @@ enum {
     T_BARRIER,
     T_BW,
     T_MSGRATE,
-    T_PICKUP
+    T_PICKUP,
+    T_PKT_THREAD, /* packet ping-pongs: the flags travel in the data (device/packet.cuh) */
+    T_PKT_WARP,
+    T_PKT_BLOCK
 };
 
 /* Window layout: sources at 0, landing area at dst, the fetch-add word at fadd. */
@@ -48,6 +51,8 @@ typedef struct {
     size_t chunk, stride;       /* put_bw: bytes per block and round, and chunks per round */
     size_t nthreads;            /* msgrate: threads in the grid */
     int per_thread, msg_words;  /* msgrate: 8 B puts per thread, distinct words in the landing area */
+    char *local;                /* packets: this rank's part of win (source at 0; payloads unpacked to out) */
+    size_t out;                 /* packets: where a received payload is unpacked, an offset in local */
 } perf_args_t;
 #endif
 
@@ -67,10 +72,12 @@ static PERF_HD int perf_group_of(int op)
     case T_PS_WARP:
     case T_PQ_WARP:
     case T_GET_WARP:
+    case T_PKT_WARP:
         return DION__WARP;
     case T_PS_BLOCK:
     case T_PQ_BLOCK:
     case T_GET_BLOCK:
+    case T_PKT_BLOCK:
         return DION__BLOCK;
     default:
         return DION__THREAD;
@@ -124,6 +131,46 @@ template <int op> static PERF_HD void perf_pingpong(const perf_args_t a)
         }
     }
     (void)t0;
+}
+
+/* Packet ping-pong between ranks 0 and 1: each side's message lands in the other's region at dst and is
+ * unpacked to local + out; the reply is the sender's credit, so one region per side is reused every round
+ * with a new sequence. No signal and no fence on either side. */
+template <int op> static PERF_HD void perf_packet(const perf_args_t a)
+{
+    dion_ctx_t c = dion_ctx(a.dev, 0);
+    const int initiator = a.dev.rank == 0, peer = a.peer, g = perf_group_of(op);
+    const uint32_t tid = dion__block_thread();
+    const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
+    uint64_t prev = 0;
+    if (!in_group) return;
+    for (int i = 1; i <= a.warmup + a.iters; i++) {
+        uint32_t seq = (uint32_t)((a.base + (uint64_t)i) % 0xffffffffull) + 1u; /* never 0 */
+        if (i == a.warmup + 1 && tid == 0) prev = dion__time_ns();
+        for (int half = 0; half < 2; half++) {
+            dion_status_t st = DION_SUCCESS;
+            if ((half == 0) == initiator) {
+                if (op == T_PKT_THREAD) dion_put_packet(c, a.win, peer, a.dst, a.local, a.bytes, seq);
+                if (op == T_PKT_WARP) dion_put_packet_warp(c, a.win, peer, a.dst, a.local, a.bytes, seq);
+                if (op == T_PKT_BLOCK) dion_put_packet_block(c, a.win, peer, a.dst, a.local, a.bytes, seq);
+            } else {
+                if (op == T_PKT_THREAD) st = dion_wait_packet(c, a.win, a.dst, a.local + a.out, a.bytes, seq);
+                if (op == T_PKT_WARP)
+                    st = dion_wait_packet_warp(c, a.win, a.dst, a.local + a.out, a.bytes, seq);
+                if (op == T_PKT_BLOCK)
+                    st = dion_wait_packet_block(c, a.win, a.dst, a.local + a.out, a.bytes, seq);
+                if (st != DION_SUCCESS) { /* every thread of the group got the same status */
+                    if (tid == 0) perf_fail(a);
+                    return;
+                }
+            }
+        }
+        if (initiator && tid == 0 && i > a.warmup) {
+            uint64_t now = dion__time_ns();
+            a.times[i - a.warmup - 1] = now - prev;
+            prev = now;
+        }
+    }
 }
 
 /* One-sided rounds timed on rank 0: put+quiet, get(+quiet), fetch-add; barrier on every rank. */
@@ -234,17 +281,20 @@ template <int op> static PERF_HD void perf_body(const perf_args_t a)
         perf_bw(a);
     else if (op == T_MSGRATE)
         perf_msgrate(a);
-    else
+    else if (op == T_PICKUP)
         perf_pickup(a);
+    else
+        perf_packet<op>(a);
 }
 
 /* Launch bounds, matching the launches: the block rows' kernels take up to PERF_BLOCK_MAX threads, put_bw's
  * and msgrate's up to PERF_RATE_MAX, the others at most a warp (so they get registers as p2p_bench's do). */
 template <int op> struct perf_max_threads {
     enum {
-        value = op == T_PS_BLOCK || op == T_PQ_BLOCK || op == T_GET_BLOCK ? PERF_BLOCK_MAX
-                : op == T_BW || op == T_MSGRATE                           ? PERF_RATE_MAX
-                                                                          : 32
+        value = op == T_PS_BLOCK || op == T_PQ_BLOCK || op == T_GET_BLOCK || op == T_PKT_BLOCK
+                    ? PERF_BLOCK_MAX
+                : op == T_BW || op == T_MSGRATE ? PERF_RATE_MAX
+                                                : 32
     };
 };
 
@@ -274,7 +324,10 @@ template <int op> static void perf_cpu_entry(void *p)
     X(T_BARRIER);                                                                                            \
     X(T_BW);                                                                                                 \
     X(T_MSGRATE);                                                                                            \
-    X(T_PICKUP)
+    X(T_PICKUP);                                                                                             \
+    X(T_PKT_THREAD);                                                                                         \
+    X(T_PKT_WARP);                                                                                           \
+    X(T_PKT_BLOCK)
 
 /* Launches op's kernel on the current stream; the launch's own error (cudaGetLastError), else cudaSuccess. */
 cudaError_t gpu_launch(int op, unsigned grid, unsigned threads, const perf_args_t &a)
