@@ -1710,7 +1710,8 @@ typedef struct {
     dion_dev_t dev;
     dion_dwin_t win;
     uint32_t blocks, rounds, seed;
-    uint64_t *result; /* [0] failures, [1] first bad round, [2] its producer, [3] its byte, [4] bytes checked */
+    uint64_t
+        *result; /* [0] failures, [1] first bad round, [2] its producer, [3] its byte, [4] bytes checked */
 } dt_mp_args_t;
 
 /* Producer p's range in round k of sender rank s: [off, off + bytes) of its slot. */
@@ -1755,7 +1756,8 @@ DT_KERNEL(dt_mp_kernel, dt_mp_args_t)
             uint64_t off, bytes;
             dt_mp_range(a->seed, me, k, p, &off, &bytes);
             uint64_t src = dt_mp_slot(producers, 0, k, p), dst = dt_mp_slot(producers, 1, k, p);
-            for (uint64_t j = off; j < off + bytes; j++) mine[src + j] = (char)dt_byte(me, k, p * DT_MP_SLOT + j);
+            for (uint64_t j = off; j < off + bytes; j++)
+                mine[src + j] = (char)dt_byte(me, k, p * DT_MP_SLOT + j);
             if ((p + k) % 2)
                 dion_put_signal(c, a->win, next, dst + off, a->win, src + off, bytes, b, DION_SIG_ADD, 1);
             else {
@@ -1808,7 +1810,8 @@ static void dt_test_manyput(uint32_t blocks, uint32_t rounds)
     uint64_t r[5];
     dt_get(r, result, sizeof r);
     if (r[0])
-        DT_FAIL("manyput: %llu failures; first: round %llu of producer %llu of rank %d differs at byte %llu (or a "
+        DT_FAIL("manyput: %llu failures; first: round %llu of producer %llu of rank %d differs at byte %llu "
+                "(or a "
                 "wait or quiet failed: see the error records)",
                 (unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2],
                 (dt_rank + dt_n - 1) % dt_n, (unsigned long long)r[3]);
@@ -1937,21 +1940,23 @@ static int dt_main(int argc, char **argv)
             "data checked at every signal",
             dt_test_stress(count));
     } else if (!strcmp(mode, "manyput")) {
-        /* DT_MP_BLOCKS sender blocks (default 4, at most 16) of DT_BLOCK producers, DT_MP_ROUNDS rounds (30) */
+        /* DT_MP_BLOCKS sender blocks (default 4, at most 16) of DT_BLOCK producers, DT_MP_ROUNDS rounds (30)
+         */
         uint32_t blocks = getenv("DT_MP_BLOCKS") ? (uint32_t)atoi(getenv("DT_MP_BLOCKS")) : 4u;
         uint32_t rounds = getenv("DT_MP_ROUNDS") ? (uint32_t)atoi(getenv("DT_MP_ROUNDS")) : 30u;
         if (blocks < 1 || blocks > DT_MP_MAXB) blocks = 4;
         if (rounds < 1 || rounds > 100000) rounds = 30;
-        DT_RUN("many producers: every thread of several blocks puts random ranges to one window, data checked "
-               "at every round's signals",
-               dt_test_manyput(blocks, rounds));
+        DT_RUN(
+            "many producers: every thread of several blocks puts random ranges to one window, data checked "
+            "at every round's signals",
+            dt_test_manyput(blocks, rounds));
     } else if (!strcmp(mode, "abort")) {
         DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
     } else {
-        fprintf(
-            stderr,
-            "usage: %s [all|atomics|check|stats|trace|sigadd|stress|manyput|abort|peerfail N|peerfail_stream N]\n",
-            argv[0]);
+        fprintf(stderr,
+                "usage: %s [all|atomics|check|stats|trace|sigadd|stress|manyput|abort|peerfail "
+                "N|peerfail_stream N]\n",
+                argv[0]);
         return 2;
     }
     int mine = dt_failures, *all = (int *)calloc((size_t)dt_n, sizeof(int)), total = 0;
