@@ -1696,6 +1696,135 @@ static void dt_test_stress(uint32_t count)
     DT_OK(dion_win_destroy(w));
 }
 
+/* ================================================================================================ */
+/* 14. Many producers into one window: every thread of several blocks puts a random range (1..512 B at a  */
+/*     random offset, a quarter of them whole slots so that neighbours touch) of its own slot, as         */
+/*     put_signal ADD or as put then signal ADD, round after round; the receiver's blocks wait for a      */
+/*     round's signals and check every producer's bytes. Over the proxy with staged windows this drives   */
+/*     notices from many rings to one peer (merging, batching, acknowledgements: docs/backends/proxy.md). */
+
+#define DT_MP_SLOT 512u
+#define DT_MP_MAXB 16u /* sender blocks at most (signals 0..15 count data, 16..31 acknowledge rounds) */
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    uint32_t blocks, rounds, seed;
+    uint64_t
+        *result; /* [0] failures, [1] first bad round, [2] its producer, [3] its byte, [4] bytes checked */
+} dt_mp_args_t;
+
+/* Producer p's range in round k of sender rank s: [off, off + bytes) of its slot. */
+DION_HD void dt_mp_range(uint32_t seed, int s, uint64_t k, uint64_t p, uint64_t *off, uint64_t *bytes)
+{
+    uint64_t r = dt_mix(((uint64_t)seed << 44) ^ ((uint64_t)s << 36) ^ (k << 20) ^ p);
+    if ((r & 3) == 0) {
+        *off = 0;
+        *bytes = DT_MP_SLOT;
+        return;
+    }
+    *bytes = 1 + (r >> 8) % DT_MP_SLOT;
+    *off = (r >> 24) % (DT_MP_SLOT - *bytes + 1);
+}
+
+/* Slot of producer p for round parity k % 2: sources first, landing slots after them. */
+DION_HD uint64_t dt_mp_slot(uint64_t producers, int land, uint64_t k, uint64_t p)
+{
+    return ((uint64_t)land * 2 * producers + (k % 2) * producers + p) * DT_MP_SLOT;
+}
+
+DT_KERNEL(dt_mp_kernel, dt_mp_args_t)
+{
+    uint32_t t = dion__block_thread(), nt = dion__block_size(), b = dion__block_index();
+    int me = a->dev.rank, n = a->dev.nranks, next = (me + 1) % n, prev = (me + n - 1) % n;
+    uint64_t producers = (uint64_t)a->blocks * nt;
+    char *mine = dion__win_peer(a->win, me)->base;
+    volatile uint64_t *stop = a->result + 8 + b;
+    if (b < a->blocks) { /* a sender block: each thread is a producer */
+        dion_ctx_t c = dion_ctx(a->dev, b % a->dev.num_contexts);
+        uint64_t p = (uint64_t)b * nt + t;
+        for (uint64_t k = 1; k <= a->rounds; k++) {
+            if (t == 0 && k > 2) { /* the landing slots of parity k % 2 were checked (round k - 2) */
+                if (dion_wait(c, DT_MP_MAXB + b, DION_CMP_GE, k - 2, NULL) != DION_SUCCESS ||
+                    dion_quiet(c) != DION_SUCCESS) { /* and the sources of round k - 2 are free */
+                    dion__counter_add(&a->result[0], 1);
+                    *stop = 1;
+                }
+            }
+            dion__group_sync(DION__BLOCK);
+            if (*stop) return;
+            uint64_t off, bytes;
+            dt_mp_range(a->seed, me, k, p, &off, &bytes);
+            uint64_t src = dt_mp_slot(producers, 0, k, p), dst = dt_mp_slot(producers, 1, k, p);
+            for (uint64_t j = off; j < off + bytes; j++)
+                mine[src + j] = (char)dt_byte(me, k, p * DT_MP_SLOT + j);
+            if ((p + k) % 2)
+                dion_put_signal(c, a->win, next, dst + off, a->win, src + off, bytes, b, DION_SIG_ADD, 1);
+            else {
+                dion_put(c, a->win, next, dst + off, a->win, src + off, bytes);
+                dion_signal(c, next, b, DION_SIG_ADD, 1);
+            }
+        }
+        dion__group_sync(DION__BLOCK);
+        if (t == 0 && dion_quiet(c) != DION_SUCCESS) dion__counter_add(&a->result[0], 1);
+        return;
+    }
+    /* a receiver block: checks sender block rb of the previous rank, round by round */
+    uint32_t rb = b - a->blocks;
+    dion_ctx_t c = dion_ctx(a->dev, rb % a->dev.num_contexts);
+    for (uint64_t k = 1; k <= a->rounds; k++) {
+        if (t == 0 && dion_wait(c, rb, DION_CMP_GE, k * nt, NULL) != DION_SUCCESS) {
+            dion__counter_add(&a->result[0], 1);
+            *stop = 1;
+        }
+        dion__group_sync(DION__BLOCK);
+        if (*stop) return;
+        uint64_t p = (uint64_t)rb * nt + t, off, bytes;
+        dt_mp_range(a->seed, prev, k, p, &off, &bytes);
+        const uint8_t *got = (const uint8_t *)mine + dt_mp_slot(producers, 1, k, p);
+        for (uint64_t j = off; j < off + bytes; j++)
+            if (got[j] != dt_byte(prev, k, p * DT_MP_SLOT + j)) {
+                if (dion__counter_add(&a->result[0], 1) == 0) {
+                    a->result[1] = k;
+                    a->result[2] = p;
+                    a->result[3] = j;
+                }
+                break;
+            }
+        dion__counter_add(&a->result[4], bytes);
+        dion__group_sync(DION__BLOCK); /* the round's slots are read before they are handed back */
+        if (t == 0) dion_signal(c, prev, DT_MP_MAXB + rb, DION_SIG_SET, k);
+    }
+}
+
+static void dt_test_manyput(uint32_t blocks, uint32_t rounds)
+{
+    uint64_t producers = (uint64_t)blocks * DT_BLOCK;
+    void *base = NULL;
+    dion_win_t w;
+    DT_OK(dion_win_alloc(dt_comm, 4 * producers * DT_MP_SLOT, DT_ON_HOST, &base, &w));
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_mp_args_t a = {dt_dev, dion_win_device(w), blocks, rounds, 0x3a11u + rounds, result};
+    if (DT_LAUNCH(dt_mp_kernel, 2 * blocks, DT_BLOCK, &a)) DT_FAIL("launch failed");
+    uint64_t r[5];
+    dt_get(r, result, sizeof r);
+    if (r[0])
+        DT_FAIL("manyput: %llu failures; first: round %llu of producer %llu of rank %d differs at byte %llu "
+                "(or a "
+                "wait or quiet failed: see the error records)",
+                (unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2],
+                (dt_rank + dt_n - 1) % dt_n, (unsigned long long)r[3]);
+    else if (dt_rank == 0)
+        printf("  manyput: %llu producers x %u rounds, %.2f MB checked at the target\n",
+               (unsigned long long)producers, rounds, (double)r[4] / 1e6);
+    dion_status_t st = dion_dev_check(dt_comm, &dt_dev);
+    if (st != DION_SUCCESS) DT_FAIL("dion_dev_check: %s: %s", dion_status_string(st), dion_last_error());
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_free(result);
+    DT_OK(dion_win_destroy(w));
+}
+
 #include "trace_test.h"
 
 static int dt_main(int argc, char **argv)
@@ -1810,13 +1939,24 @@ static int dt_main(int argc, char **argv)
             "put_signal stress: random sizes 1 B..1 MiB, random offsets, thread/warp/block and put+signal, "
             "data checked at every signal",
             dt_test_stress(count));
+    } else if (!strcmp(mode, "manyput")) {
+        /* DT_MP_BLOCKS sender blocks (default 4, at most 16) of DT_BLOCK producers, DT_MP_ROUNDS rounds (30)
+         */
+        uint32_t blocks = getenv("DT_MP_BLOCKS") ? (uint32_t)atoi(getenv("DT_MP_BLOCKS")) : 4u;
+        uint32_t rounds = getenv("DT_MP_ROUNDS") ? (uint32_t)atoi(getenv("DT_MP_ROUNDS")) : 30u;
+        if (blocks < 1 || blocks > DT_MP_MAXB) blocks = 4;
+        if (rounds < 1 || rounds > 100000) rounds = 30;
+        DT_RUN(
+            "many producers: every thread of several blocks puts random ranges to one window, data checked "
+            "at every round's signals",
+            dt_test_manyput(blocks, rounds));
     } else if (!strcmp(mode, "abort")) {
         DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
     } else {
-        fprintf(
-            stderr,
-            "usage: %s [all|atomics|check|stats|trace|sigadd|stress|abort|peerfail N|peerfail_stream N]\n",
-            argv[0]);
+        fprintf(stderr,
+                "usage: %s [all|atomics|check|stats|trace|sigadd|stress|manyput|abort|peerfail "
+                "N|peerfail_stream N]\n",
+                argv[0]);
         return 2;
     }
     int mine = dt_failures, *all = (int *)calloc((size_t)dt_n, sizeof(int)), total = 0;

@@ -49,16 +49,32 @@ set_tests_properties(conf_cpu_proxy_stress_shm_2 PROPERTIES RUN_SERIAL TRUE)
 # the provider cannot register GPU memory: the suite, 2 and 3 ranks over tcp, 2 over shm, and the stress. Every
 # staged put takes one more hop (the owner's proxy applies it): on the shared 2-core CI machine at load ~80 one
 # run stalled past the 10 s default wait timeout, so these waits get 60 s (a lost notice still fails them).
-foreach(n 2 3)
-  dion_test(NAME conf_cpu_proxy_staged_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> all
-            LABELS "host;cpu" TIMEOUT 240
-            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=tcp;DION_PROXY_STAGING=always;DION_WAIT_TIMEOUT=60s;DT_STREAM_COUNT=500")
-  set_tests_properties(conf_cpu_proxy_staged_${n} PROPERTIES RUN_SERIAL TRUE)
+# Also many producers into one staged window (manyput: every thread of 4 blocks, random ranges, put_signal and
+# put + signal): the notices of 4 rings to one peer merge, are applied in batches and acknowledged together;
+# data checked at every round's signals. shm with 2 proxy threads.
+set(staged_env "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_PROXY_STAGING=always;DION_WAIT_TIMEOUT=60s;DT_STREAM_COUNT=500;DT_MP_ROUNDS=30")
+foreach(v tcp_2 tcp_3 shm_2 manyput_tcp_2 manyput_tcp_3 manyput_shm_2)
+  string(REGEX MATCH "(tcp|shm)_([0-9])" _ ${v})
+  set(prov ${CMAKE_MATCH_1})
+  set(n ${CMAKE_MATCH_2})
+  set(mode all)
+  set(name conf_cpu_proxy_staged_${n})
+  if(prov STREQUAL "shm")
+    set(name conf_cpu_proxy_staged_shm_2)
+  endif()
+  set(extra "")
+  if(v MATCHES "^manyput")
+    set(mode manyput)
+    set(name conf_cpu_proxy_staged_manyput_${n})
+    if(prov STREQUAL "shm")
+      set(name conf_cpu_proxy_staged_manyput_shm_2)
+      set(extra ";DION_PROXY_THREADS=2")
+    endif()
+  endif()
+  dion_test(NAME ${name} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 200 $<TARGET_FILE:conformance_cpu> ${mode}
+            LABELS "host;cpu" TIMEOUT 240 ENV "${staged_env};DION_OFI_PROVIDER=${prov}${extra}")
+  set_tests_properties(${name} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
-dion_test(NAME conf_cpu_proxy_staged_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 200 $<TARGET_FILE:conformance_cpu> all
-          LABELS "host;cpu" TIMEOUT 240
-          ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_PROXY_STAGING=always;DION_WAIT_TIMEOUT=60s;DT_STREAM_COUNT=500")
-set_tests_properties(conf_cpu_proxy_staged_shm_2 PROPERTIES RUN_SERIAL TRUE)
 # Issue 8: signal ADDs from every rank to every rank's word, its own included, over shm with staged windows.
 # On a GPU a rank's own ADD was a GPU atomic on the host table next to the engine's CPU atomics and lost a
 # peer's ADD; CPU atomics do not lose it, so the CPU run checks the totals and, by the proxy threads' command

@@ -637,6 +637,145 @@ static void test_load(void)
           "libc accepted as libibverbs: %s", dion_last_error());
 }
 
+/* ---- device and port choice (verbs_dev.c), over the fake library's devices ---- */
+
+static struct ibv_device **(*fk_list)(int *);
+static struct ibv_context *(*fk_open)(struct ibv_device *);
+static int (*fk_qport)(struct ibv_context *, uint8_t, struct _compat_ibv_port_attr *);
+static const char *fk_refuse; /* open_cb refuses this device, with a note */
+
+static struct ibv_context *open_cb(void *arg, struct ibv_device *dev, const char *name, char *seen,
+                                   size_t cap)
+{
+    (void)arg;
+    if (fk_refuse && !strcmp(name, fk_refuse)) {
+        dion__verbs_appendf(seen, cap, "%s refused by the test; ", name);
+        return NULL;
+    }
+    return fk_open(dev);
+}
+static int qport_cb(void *arg, struct ibv_context *c, uint8_t port, struct ibv_port_attr *pa)
+{
+    (void)arg;
+    return dion__verbs_port_query(fk_qport, c, port, pa);
+}
+static struct ibv_device **list_fail(int *n)
+{
+    *n = 0;
+    errno = ENOSYS;
+    return NULL;
+}
+static struct ibv_device *empty_list[1];
+static struct ibv_device **list_empty(int *n)
+{
+    *n = 0;
+    return empty_list;
+}
+
+static void test_dev_choose(const char *lib)
+{
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h != NULL, "dlopen %s: %s", lib, dlerror());
+    if (!h) return;
+    fake_ibv_control_fn ctlf = (fake_ibv_control_fn)dlsym(h, "fake_ibv_control");
+    fk_list = (struct ibv_device * *(*)(int *)) dlsym(h, "ibv_get_device_list");
+    fk_open = (struct ibv_context * (*)(struct ibv_device *)) dlsym(h, "ibv_open_device");
+    fk_qport =
+        (int (*)(struct ibv_context *, uint8_t, struct _compat_ibv_port_attr *))dlsym(h, "ibv_query_port");
+    dion__verbs_dev_src_t src = {
+        "",
+        0,
+        0,
+        0,
+        fk_list,
+        (void (*)(struct ibv_device **))dlsym(h, "ibv_free_device_list"),
+        (const char *(*)(struct ibv_device *))dlsym(h, "ibv_get_device_name"),
+        (int (*)(struct ibv_context *, struct ibv_device_attr *))dlsym(h, "ibv_query_device"),
+        (int (*)(struct ibv_context *))dlsym(h, "ibv_close_device"),
+        open_cb,
+        qport_cb,
+        NULL};
+    CHECK(ctlf && fk_list && fk_open && fk_qport && src.free_device_list && src.get_device_name &&
+              src.query_device && src.close_device,
+          "fake library lacks an entry");
+    if (!ctlf || !fk_list || !fk_open || !fk_qport) {
+        dlclose(h);
+        return;
+    }
+    fake_ibv_ctl_t *ctl = ctlf();
+    int live = ctl->live_ctxs;
+    dion__verbs_dev_pick_t pk;
+    /* any device: fake_down's only port is DOWN, fake_0's port 1 DOWN, port 2 ACTIVE */
+    dion__verbs_dev_result_t r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_OK && pk.ctx && pk.port == 2 && !strcmp(pk.name, "fake_0") &&
+              pk.pattr.state == IBV_PORT_ACTIVE && pk.dattr.phys_port_cnt == 2 &&
+              !strcmp(pk.seen, "fake_down port 1 DOWN; fake_0 port 1 DOWN; ") &&
+              !strcmp(pk.names, "fake_down fake_0"),
+          "any: result %d port %u name %s seen '%s' names '%s'", r, pk.port, pk.name, pk.seen, pk.names);
+    CHECK(ctl->live_ctxs == live + 1, "only the chosen context stays open: %d -> %d", live, ctl->live_ctxs);
+    if (pk.ctx) src.close_device(pk.ctx);
+    /* no ACTIVE port: each port's state by name, or (gdaki's wording) by number; nothing left open */
+    ctl->port2_state = IBV_PORT_INIT;
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_NO_PORT && !pk.ctx &&
+              strstr(pk.seen, "fake_0 port 2 INIT (no subnet manager?); "),
+          "INIT by name: %d '%s'", r, pk.seen);
+    src.state_numbers = 1;
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_NO_PORT && strstr(pk.seen, "fake_0 port 2 not ACTIVE (state 2); ") &&
+              strstr(pk.seen, "fake_down port 1 not ACTIVE (state 1); "),
+          "INIT by number: %d '%s'", r, pk.seen);
+    src.seen_cap = 40; /* the caller's sentence takes this much */
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_NO_PORT && strlen(pk.seen) < 40, "seen_cap 40: %zu '%s'", strlen(pk.seen),
+          pk.seen);
+    src.seen_cap = 0;
+    src.state_numbers = 0;
+    ctl->port2_state = IBV_PORT_ACTIVE;
+    CHECK(ctl->live_ctxs == live, "failed choices leak contexts: %d -> %d", live, ctl->live_ctxs);
+    /* DION_IB_HCA: an unknown name lists the devices; a known one is the only one tried */
+    src.hca = "fake_9";
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_NO_HCA && !strcmp(pk.names, "fake_down fake_0") && !pk.seen[0],
+          "unknown HCA: %d names '%s' seen '%s'", r, pk.names, pk.seen);
+    src.hca = "fake_0";
+    src.port = 1; /* DION_IB_PORT: that port alone */
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_NO_PORT && !strcmp(pk.seen, "fake_0 port 1 DOWN; "), "port 1: %d '%s'", r,
+          pk.seen);
+    src.port = 3;
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_NO_PORT &&
+              !strcmp(pk.seen, "fake_0 has 2 port(s), not port 3 (DION_IB_PORT); "),
+          "port 3: %d '%s'", r, pk.seen);
+    src.port = 2;
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_OK && pk.port == 2, "fake_0 port 2: %d %u", r, pk.port);
+    if (pk.ctx) src.close_device(pk.ctx);
+    src.hca = "";
+    src.port = 0;
+    /* the caller's open refuses a device: its note is kept, the next device is tried */
+    fk_refuse = "fake_down";
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_OK && !strncmp(pk.seen, "fake_down refused by the test; ", 31),
+          "refused open: %d '%s'", r, pk.seen);
+    if (pk.ctx) src.close_device(pk.ctx);
+    fk_refuse = "fake_0";
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_NO_PORT && strstr(pk.seen, "fake_0 refused by the test; "),
+          "both refused: %d '%s'", r, pk.seen);
+    fk_refuse = NULL;
+    /* the device list fails (errno kept) or is empty */
+    src.get_device_list = list_fail;
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_LIST_FAILED && pk.err == ENOSYS, "list failed: %d errno %d", r, pk.err);
+    src.get_device_list = list_empty;
+    r = dion__verbs_dev_choose(&src, &pk);
+    CHECK(r == DION__VERBS_DEV_NONE, "empty list: %d", r);
+    CHECK(ctl->live_ctxs == live, "contexts leaked: %d -> %d", live, ctl->live_ctxs);
+    dlclose(h);
+}
+
 int main(int argc, char **argv)
 {
     test_attrs();
@@ -651,6 +790,7 @@ int main(int argc, char **argv)
     test_cfg();
     test_load();
     if (argc > 1) {
+        test_dev_choose(argv[1]);
         test_engine(argv[1], &failures);
         test_engine_ops(argv[1], &failures);
         test_engine_ondemand(argv[1], &failures);

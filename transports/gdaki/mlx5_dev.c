@@ -1,7 +1,6 @@
 /* gdaki/mlx5: the device (DEVX context, PD, HCA caps, port, GID, UAR) and who rings doorbells for GPU
  * threads. See mlx5.h. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,98 +73,84 @@ dion_status_t dion__mlx5_devx_fail(const dion__mlx5_t *m, const char *step, cons
                                : "");
 }
 
-static void DION__PRINTF(3, 4) appendf(char *buf, size_t cap, const char *fmt, ...)
+/* mlx5dv_open_device with DEVX, for mlx5 devices only; a device that does not open adds its reason to the
+ * list the sentence shows. */
+static struct ibv_context *open_devx(void *arg, struct ibv_device *dev, const char *name, char *seen,
+                                     size_t cap)
 {
-    size_t len = strlen(buf);
-    if (len + 2 >= cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + len, cap - len, fmt, ap);
-    va_end(ap);
-}
-
-/* Opens dev with DEVX and picks its port; 0 with m->ctx, pattr, port set, else -1 with a note in seen. */
-static int try_device(dion__mlx5_t *m, struct ibv_device *dev, char *seen, size_t cap)
-{
-    const char *name = m->sym.get_device_name(dev);
+    dion__mlx5_t *m = arg;
     if (!m->sym.is_supported(dev)) {
-        appendf(seen, cap, "%s is not an mlx5 device; ", name);
-        return -1;
+        dion__verbs_appendf(seen, cap, "%s is not an mlx5 device; ", name);
+        return NULL;
     }
     struct mlx5dv_context_attr attr = {.flags = MLX5DV_CONTEXT_FLAGS_DEVX};
     errno = 0;
     struct ibv_context *c = m->sym.open_device(dev, &attr);
     if (!c) {
         int e = errno;
-        appendf(seen, cap, "%s cannot be opened with DEVX (mlx5dv_open_device: %s%s); ", name,
-                strerror(e ? e : EIO),
-                e == EOPNOTSUPP || e == EPROTONOSUPPORT
-                    ? ": the kernel driver or firmware offers no DEVX user context (needs mlx5_ib of Linux "
-                      "5.1+ or MLNX_OFED, and a ConnectX-5 or newer)"
-                : e == EPERM || e == EACCES ? ": this process is not allowed DEVX on it"
-                                            : "");
-        return -1;
+        dion__verbs_appendf(
+            seen, cap, "%s cannot be opened with DEVX (mlx5dv_open_device: %s%s); ", name,
+            strerror(e ? e : EIO),
+            e == EOPNOTSUPP || e == EPROTONOSUPPORT
+                ? ": the kernel driver or firmware offers no DEVX user context (needs mlx5_ib of Linux "
+                  "5.1+ or MLNX_OFED, and a ConnectX-5 or newer)"
+            : e == EPERM || e == EACCES ? ": this process is not allowed DEVX on it"
+                                        : "");
     }
-    struct ibv_device_attr da;
-    if (m->sym.query_device(c, &da)) {
-        appendf(seen, cap, "%s: ibv_query_device failed (%s); ", name, strerror(errno));
-        m->sym.close_device(c);
-        return -1;
-    }
-    for (unsigned p = 1; p <= da.phys_port_cnt; p++) {
-        if (m->cfg.port && p != (unsigned)m->cfg.port) continue;
-        struct ibv_port_attr pa;
-        if (dion__mlx5_query_port(&m->sym, c, (uint8_t)p, &pa)) continue;
-        if (pa.state == IBV_PORT_ACTIVE) {
-            m->ctx = c;
-            m->dattr = da;
-            m->pattr = pa;
-            m->port = (uint8_t)p;
-            snprintf(m->devname, sizeof m->devname, "%s", name);
-            return 0;
-        }
-        appendf(seen, cap, "%s port %u not ACTIVE (state %d); ", name, p, (int)pa.state);
-    }
-    if (m->cfg.port && (unsigned)m->cfg.port > da.phys_port_cnt)
-        appendf(seen, cap, "%s has %u port(s), not port %d (DION_IB_PORT); ", name, da.phys_port_cnt,
-                m->cfg.port);
-    m->sym.close_device(c);
-    return -1;
+    return c;
+}
+
+static int query_port(void *arg, struct ibv_context *c, uint8_t port, struct ibv_port_attr *pa)
+{
+    return dion__mlx5_query_port(&((dion__mlx5_t *)arg)->sym, c, port, pa);
 }
 
 static dion_status_t choose_device(dion__mlx5_t *m)
 {
-    int n = 0;
-    errno = 0;
-    struct ibv_device **list = m->sym.get_device_list(&n);
-    if (!list) {
-        int e = errno;
-        return dion__error_set(
-            DION_ERR_UNSUPPORTED, "gdaki/mlx5: ibv_get_device_list failed: %s%s", strerror(e),
-            e == ENOSYS ? " (the kernel has no RDMA support: load mlx5_ib and ib_uverbs)" : "");
+    dion__verbs_dev_src_t src = {m->cfg.hca,
+                                 m->cfg.port,
+                                 1,
+                                 0,
+                                 m->sym.get_device_list,
+                                 m->sym.free_device_list,
+                                 m->sym.get_device_name,
+                                 m->sym.query_device,
+                                 m->sym.close_device,
+                                 open_devx,
+                                 query_port,
+                                 m};
+    dion__verbs_dev_pick_t pick, *pk = &pick;
+    dion_status_t st = DION_SUCCESS;
+    switch (dion__verbs_dev_choose(&src, pk)) {
+    case DION__VERBS_DEV_OK:
+        m->ctx = pk->ctx;
+        m->dattr = pk->dattr;
+        m->pattr = pk->pattr;
+        m->port = pk->port;
+        snprintf(m->devname, sizeof m->devname, "%.63s", pk->name);
+        break;
+    case DION__VERBS_DEV_LIST_FAILED:
+        st = dion__error_set(
+            DION_ERR_UNSUPPORTED, "gdaki/mlx5: ibv_get_device_list failed: %s%s", strerror(pk->err),
+            pk->err == ENOSYS ? " (the kernel has no RDMA support: load mlx5_ib and ib_uverbs)" : "");
+        break;
+    case DION__VERBS_DEV_NONE:
+        st = dion__error_set(DION_ERR_UNSUPPORTED,
+                             "gdaki/mlx5: no RDMA device (ibv_get_device_list lists none; is mlx5_ib "
+                             "loaded and rdma-core's ibverbs-providers installed?)");
+        break;
+    case DION__VERBS_DEV_NO_HCA:
+        st = dion__error_set(DION_ERR_INVALID_ARG, "gdaki/mlx5: DION_IB_HCA=%s names no RDMA device",
+                             m->cfg.hca);
+        break;
+    default:
+        st = dion__error_set(DION_ERR_UNSUPPORTED,
+                             "gdaki/mlx5: no mlx5 device with DEVX and an ACTIVE port: %s-> gdaki needs a "
+                             "ConnectX NIC opened with DEVX; set DION_IB_HCA / DION_IB_PORT, or use "
+                             "DION_TRANSPORT=proxy",
+                             pk->seen);
     }
-    char seen[1024] = "";
-    int found = 0;
-    for (int i = 0; i < n && !m->ctx; i++) {
-        const char *name = m->sym.get_device_name(list[i]);
-        if (m->cfg.hca[0] && strcmp(name, m->cfg.hca)) continue;
-        found = 1;
-        try_device(m, list[i], seen, sizeof seen);
-    }
-    m->sym.free_device_list(list);
-    if (m->ctx) return DION_SUCCESS;
-    if (n == 0)
-        return dion__error_set(DION_ERR_UNSUPPORTED,
-                               "gdaki/mlx5: no RDMA device (ibv_get_device_list lists none; is mlx5_ib "
-                               "loaded and rdma-core's ibverbs-providers installed?)");
-    if (m->cfg.hca[0] && !found)
-        return dion__error_set(DION_ERR_INVALID_ARG, "gdaki/mlx5: DION_IB_HCA=%s names no RDMA device",
-                               m->cfg.hca);
-    return dion__error_set(DION_ERR_UNSUPPORTED,
-                           "gdaki/mlx5: no mlx5 device with DEVX and an ACTIVE port: %s-> gdaki needs a "
-                           "ConnectX NIC opened with DEVX; set DION_IB_HCA / DION_IB_PORT, or use "
-                           "DION_TRANSPORT=proxy",
-                           seen);
+    return st;
 }
 
 /* QUERY_HCA_CAP (current values) of one cap type into out (16 + 4096 bytes). */
@@ -284,7 +269,8 @@ static dion_status_t alloc_uar(dion__mlx5_t *m)
             m->uar_type = kinds[i].name;
             return DION_SUCCESS;
         }
-        appendf(tried, sizeof tried, "%s%s: %s", i ? ", " : "", kinds[i].name, strerror(errno ? errno : EIO));
+        dion__verbs_appendf(tried, sizeof tried, "%s%s: %s", i ? ", " : "", kinds[i].name,
+                            strerror(errno ? errno : EIO));
     }
     return dion__error_set(DION_ERR_NETWORK,
                            "gdaki/mlx5: %s: mlx5dv_devx_alloc_uar failed for every type (%s); the device's "

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "mlx5_sym.h"
+#include "transports/proxy/engine_verbs.h"
 
 static void *open_lib(const char *name, char *path, size_t cap)
 {
@@ -104,8 +105,5 @@ void dion__mlx5_sym_unload(dion__mlx5_sym_t *t)
 int dion__mlx5_query_port(const dion__mlx5_sym_t *t, struct ibv_context *ctx, uint8_t port,
                           struct ibv_port_attr *attr)
 {
-    struct verbs_context *vctx = verbs_get_ctx_op(ctx, query_port);
-    if (vctx) return vctx->query_port(ctx, port, attr, sizeof *attr);
-    memset(attr, 0, sizeof *attr);
-    return t->query_port(ctx, port, (struct _compat_ibv_port_attr *)attr);
+    return dion__verbs_port_query(t->query_port, ctx, port, attr);
 }

@@ -4,7 +4,6 @@
  * libibverbs (tests/unit/fake_ibverbs.c) only. */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -117,115 +116,70 @@ static struct ibv_mr *real_reg_mr(void *arg, struct ibv_pd *pd, void *addr, size
 
 /* ---- opening: device, port, GID ---- */
 
-static const char *port_state_name(enum ibv_port_state s)
+/* ibv_open_device; a device that does not open adds its reason to the list the sentence shows. */
+static struct ibv_context *open_plain(void *arg, struct ibv_device *dev, const char *name, char *seen,
+                                      size_t cap)
 {
-    switch (s) {
-    case IBV_PORT_DOWN:
-        return "DOWN";
-    case IBV_PORT_INIT:
-        return "INIT (no subnet manager?)";
-    case IBV_PORT_ARMED:
-        return "ARMED";
-    case IBV_PORT_ACTIVE:
-        return "ACTIVE";
-    case IBV_PORT_ACTIVE_DEFER:
-        return "ACTIVE_DEFER";
-    default:
-        return "NOP";
-    }
+    struct ibv_context *c = ((dion__verbs_t *)arg)->ibv.open_device(dev);
+    if (!c) dion__verbs_appendf(seen, cap, "%s cannot be opened (%s); ", name, strerror(errno));
+    return c;
 }
 
-static void DION__PRINTF(3, 4) appendf(char *buf, size_t cap, const char *fmt, ...)
+static int query_port(void *arg, struct ibv_context *c, uint8_t port, struct ibv_port_attr *pa)
 {
-    size_t len = strlen(buf);
-    if (len + 2 >= cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + len, cap - len, fmt, ap);
-    va_end(ap);
-}
-
-/* Opens dev and picks its port (cfg port, or the first ACTIVE one); 0 with v->dev/pattr/port set, else -1
- * with the ports' states appended to seen. */
-static int try_device(dion__verbs_t *v, struct ibv_device *dev, char *seen, size_t cap)
-{
-    const char *name = v->ibv.get_device_name(dev);
-    struct ibv_context *c = v->ibv.open_device(dev);
-    if (!c) {
-        appendf(seen, cap, "%s cannot be opened (%s); ", name, strerror(errno));
-        return -1;
-    }
-    struct ibv_device_attr da;
-    if (v->ibv.query_device(c, &da)) {
-        appendf(seen, cap, "%s: ibv_query_device failed (%s); ", name, strerror(errno));
-        v->ibv.close_device(c);
-        return -1;
-    }
-    for (unsigned p = 1; p <= da.phys_port_cnt; p++) {
-        if (v->cfg.port && p != (unsigned)v->cfg.port) continue;
-        struct ibv_port_attr pa;
-        if (dion__ibv_query_port(&v->ibv, c, (uint8_t)p, &pa)) continue;
-        if (pa.state == IBV_PORT_ACTIVE) {
-            v->dev = c;
-            v->dattr = da;
-            v->pattr = pa;
-            v->port = (uint8_t)p;
-            snprintf(v->devname, sizeof v->devname, "%s", name);
-            return 0;
-        }
-        appendf(seen, cap, "%s port %u %s; ", name, p, port_state_name(pa.state));
-    }
-    if (v->cfg.port && (unsigned)v->cfg.port > da.phys_port_cnt)
-        appendf(seen, cap, "%s has %u port(s), not port %d (DION_IB_PORT); ", name, da.phys_port_cnt,
-                v->cfg.port);
-    v->ibv.close_device(c);
-    return -1;
+    return dion__ibv_query_port(&((dion__verbs_t *)arg)->ibv, c, port, pa);
 }
 
 static dion_status_t choose_device(dion__verbs_t *v)
 {
-    int n = 0;
-    errno = 0;
-    struct ibv_device **list = v->ibv.get_device_list(&n);
-    if (!list) {
-        int e = errno;
-        return dion__error_set(DION_ERR_UNSUPPORTED, "proxy/verbs: ibv_get_device_list failed: %s%s",
-                               strerror(e),
-                               e == ENOSYS ? " (the kernel has no RDMA support: load ib_uverbs and the NIC's "
-                                             "RDMA driver, or use proxy/ofi)"
-                                           : "");
-    }
-    char seen[768] = "";
-    int found = 0;
-    for (int i = 0; i < n && !v->dev; i++) {
-        const char *name = v->ibv.get_device_name(list[i]);
-        if (v->cfg.hca[0] && strcmp(name, v->cfg.hca)) continue;
-        found = 1;
-        try_device(v, list[i], seen, sizeof seen);
-    }
-    if (v->dev) {
-        v->ibv.free_device_list(list);
-        return DION_SUCCESS;
-    }
-    char names[256] = "";
-    for (int i = 0; i < n; i++)
-        appendf(names, sizeof names, "%s%s", i ? " " : "", v->ibv.get_device_name(list[i]));
-    v->ibv.free_device_list(list);
-    if (n == 0)
-        return dion__error_set(
+    dion__verbs_dev_src_t src = {v->cfg.hca,
+                                 v->cfg.port,
+                                 0,
+                                 768,
+                                 v->ibv.get_device_list,
+                                 v->ibv.free_device_list,
+                                 v->ibv.get_device_name,
+                                 v->ibv.query_device,
+                                 v->ibv.close_device,
+                                 open_plain,
+                                 query_port,
+                                 v};
+    dion__verbs_dev_pick_t pick, *pk = &pick;
+    dion_status_t st = DION_SUCCESS;
+    switch (dion__verbs_dev_choose(&src, pk)) {
+    case DION__VERBS_DEV_OK:
+        v->dev = pk->ctx;
+        v->dattr = pk->dattr;
+        v->pattr = pk->pattr;
+        v->port = pk->port;
+        snprintf(v->devname, sizeof v->devname, "%.63s", pk->name);
+        break;
+    case DION__VERBS_DEV_LIST_FAILED:
+        st = dion__error_set(
+            DION_ERR_UNSUPPORTED, "proxy/verbs: ibv_get_device_list failed: %s%s", strerror(pk->err),
+            pk->err == ENOSYS ? " (the kernel has no RDMA support: load ib_uverbs and the NIC's "
+                                "RDMA driver, or use proxy/ofi)"
+                              : "");
+        break;
+    case DION__VERBS_DEV_NONE:
+        st = dion__error_set(DION_ERR_UNSUPPORTED,
+                             "proxy/verbs: no RDMA device (ibv_get_device_list lists none; is the NIC's RDMA "
+                             "driver loaded and its provider, ibverbs-providers, installed?)");
+        break;
+    case DION__VERBS_DEV_NO_HCA:
+        st = dion__error_set(DION_ERR_INVALID_ARG,
+                             "proxy/verbs: DION_IB_HCA=%s names no RDMA device; the devices here are: %s",
+                             v->cfg.hca, pk->names);
+        break;
+    default:
+        st = dion__error_set(
             DION_ERR_UNSUPPORTED,
-            "proxy/verbs: no RDMA device (ibv_get_device_list lists none; is the NIC's RDMA "
-            "driver loaded and its provider, ibverbs-providers, installed?)");
-    if (v->cfg.hca[0] && !found)
-        return dion__error_set(DION_ERR_INVALID_ARG,
-                               "proxy/verbs: DION_IB_HCA=%s names no RDMA device; the devices here are: %s",
-                               v->cfg.hca, names);
-    return dion__error_set(
-        DION_ERR_UNSUPPORTED,
-        "proxy/verbs: no ACTIVE RDMA port%s%s: %s-> connect the port and check the subnet "
-        "manager (ibstat) or, for RoCE, the link of the network interface; or set DION_IB_HCA "
-        "/ DION_IB_PORT",
-        v->cfg.hca[0] ? " on " : "", v->cfg.hca, seen);
+            "proxy/verbs: no ACTIVE RDMA port%s%s: %s-> connect the port and check the subnet "
+            "manager (ibstat) or, for RoCE, the link of the network interface; or set "
+            "DION_IB_HCA / DION_IB_PORT",
+            v->cfg.hca[0] ? " on " : "", v->cfg.hca, pk->seen);
+    }
+    return st;
 }
 
 static dion_status_t choose_gid(dion__verbs_t *v)

@@ -212,6 +212,53 @@ typedef struct {
 } dion__verbs_gid_pick_t;
 dion_status_t dion__verbs_gid_read(const dion__verbs_gid_src_t *src, int link_layer, int forced,
                                    dion__verbs_gid_pick_t *out, char *why, size_t cap);
+/* One device and port choice for both verbs users (proxy/verbs, gdaki/mlx5; verbs_dev.c): the devices that
+ * ibv_get_device_list lists (DION_IB_HCA's alone when hca is set), each opened by the caller's open; the
+ * first ACTIVE port (port's alone when set) wins. The caller words the sentences from the result: each
+ * device's and port's reason in seen ("...; " pieces), the devices listed in names, errno in err. */
+typedef struct {
+    const char *hca;   /* DION_IB_HCA, or "" / NULL: any device */
+    int port;          /* DION_IB_PORT, 0: the first ACTIVE */
+    int state_numbers; /* a port not ACTIVE reads "port P not ACTIVE (state S)", else "port P DOWN" (by name)
+                        */
+    size_t seen_cap;   /* how much of seen the caller's sentence takes (0: all of it) */
+    struct ibv_device **(*get_device_list)(int *);
+    void (*free_device_list)(struct ibv_device **);
+    const char *(*get_device_name)(struct ibv_device *);
+    int (*query_device)(struct ibv_context *, struct ibv_device_attr *);
+    int (*close_device)(struct ibv_context *);
+    /* opens dev, or returns NULL with the reason appended to seen (within cap) */
+    struct ibv_context *(*open)(void *arg, struct ibv_device *dev, const char *name, char *seen, size_t cap);
+    int (*query_port)(void *arg, struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
+    void *arg;
+} dion__verbs_dev_src_t;
+typedef enum {
+    DION__VERBS_DEV_OK = 0,      /* ctx, dattr, pattr, port and name are set; the caller closes ctx */
+    DION__VERBS_DEV_LIST_FAILED, /* ibv_get_device_list failed: err */
+    DION__VERBS_DEV_NONE,        /* no device listed */
+    DION__VERBS_DEV_NO_HCA,      /* hca names no device listed: names */
+    DION__VERBS_DEV_NO_PORT,     /* no device with a usable ACTIVE port: seen */
+} dion__verbs_dev_result_t;
+typedef struct {
+    struct ibv_context *ctx;
+    struct ibv_device_attr dattr;
+    struct ibv_port_attr pattr;
+    uint8_t port;
+    char name[64];
+    int err;
+    char seen[1024];
+    char names[256];
+} dion__verbs_dev_pick_t;
+dion__verbs_dev_result_t dion__verbs_dev_choose(const dion__verbs_dev_src_t *src,
+                                                dion__verbs_dev_pick_t *out);
+/* ibv_query_port as verbs.h's inline wrapper does it: the provider's extended op when it has one, else the
+ * exported compat entry on a zeroed struct. */
+int dion__verbs_port_query(int (*compat)(struct ibv_context *, uint8_t, struct _compat_ibv_port_attr *),
+                           struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
+/* "DOWN", "INIT (no subnet manager?)", "ACTIVE", ... */
+const char *dion__verbs_port_state_name(enum ibv_port_state s);
+/* Appends to the string in buf (cap bytes) what fits. */
+void dion__verbs_appendf(char *buf, size_t cap, const char *fmt, ...) DION__PRINTF(3, 4);
 /* "RoCE v2\n" -> IBV_GID_TYPE_ROCE_V2; "IB/RoCE v1" -> IBV_GID_TYPE_ROCE_V1; else -1 (sysfs gid_attrs/types).
  */
 int dion__verbs_gid_type_parse(const char *text);

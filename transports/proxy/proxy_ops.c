@@ -181,8 +181,10 @@ static dion_status_t dion__px_post_put(dion__pxc_t *pc, dion__pxg_t *g, const di
         const char *from = src->base + soff;
         dion__engine_mr_t *mr = src->mr;
         if (src->staged) {
-            if (!(done & DION__PXS_STAGED_IN)) {
-                if ((st = dion__pxs_sync(pc, src, soff, bytes, 1)) != DION_SUCCESS) return st;
+            if (!(done &
+                  DION__PXS_STAGED_IN)) { /* the batch's copy (dion__pxs_stage_sources), else its own */
+                if (pos >= g->staged_to && (st = dion__pxs_sync(pc, src, soff, bytes, 1)) != DION_SUCCESS)
+                    return st;
                 dion__px_step(g, pos, &done, DION__PXS_STAGED_IN);
                 *meta |= DION__PX_META_SRC; /* copied into the shadow: the window's bytes are free */
             }
@@ -384,6 +386,7 @@ static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ri
     uint64_t mask = r->dev.mask;
     /* the engine's occupancy once per batch, then counted here (walking its peers per command costs) */
     uint32_t used = pc->caps.max_ops ? pc->E->pending(pc->e, -1) : 0;
+    if (g) dion__pxs_stage_sources(pc, g, cmds, n); /* staged sources: one wait for the batch's copies */
     for (; g && i < n; i++) {
         dion_proxy_cmd_t *c = &cmds[i];
         uint64_t pos = g->exec;

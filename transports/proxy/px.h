@@ -23,9 +23,14 @@
 #define DION__PX_META_CNT   0x00ffu /* local counter + 1 of a counted command, until it was counted */
 /* Cookie bit of the engine put that reads a counted command's source: its completion is the moment the source
  * may be reused (the gid and position bits stay below bit 60). */
-#define DION__PX_CK_SRC   (1ull << 63)
-#define DION__PX_NOTES    16u  /* notices in flight per (rank, peer) pair */
-#define DION__PX_INTERNAL 0ull /* cookie of engine operations no ring position waits for (gid 0) */
+#define DION__PX_CK_SRC (1ull << 63)
+/* Notices in flight per (rank, peer) pair: as many as an inbox of DION__PX_NOTES_BUDGET notices per rank
+ * holds (N ranks x K slots), between MIN and MAX; so 256 up to 256 ranks and 16 from 4096 ranks (px_stage.c).
+ */
+#define DION__PX_NOTES_MIN    16u
+#define DION__PX_NOTES_MAX    256u
+#define DION__PX_NOTES_BUDGET 65536u
+#define DION__PX_INTERNAL     0ull /* cookie of engine operations no ring position waits for (gid 0) */
 
 /* What a peer gets for a region: the engine key of the memory itself and, for a staged region, of the pinned
  * host shadow that stands in for it in every data transfer (docs/backends/proxy.md, "GPU windows"). */
@@ -64,9 +69,10 @@ typedef struct {
     uint64_t done;              /* positions complete */
     uint64_t counted;           /* positions below it were counted, or had nothing to count */
     uint64_t inflight;
-    uint64_t partial; /* pos + 1 of a command of which some operations are posted and some not yet */
-    uint32_t pstep;   /* for that command: DION__PXS_* steps done */
-    char why[512];    /* the sentence that failed the ring (dion_dev_check reports it) */
+    uint64_t partial;   /* pos + 1 of a command of which some operations are posted and some not yet */
+    uint64_t staged_to; /* positions below it had their staged sources copied into the shadow (a batch) */
+    uint32_t pstep;     /* for that command: DION__PXS_* steps done */
+    char why[512];      /* the sentence that failed the ring (dion_dev_check reports it) */
 } dion__pxg_t;
 
 typedef struct dion__px_copy {
@@ -75,7 +81,7 @@ typedef struct dion__px_copy {
 } dion__px_copy_t;
 
 /* Steps of one command, for a command that comes again after DION__ENGINE_BUSY. */
-enum { DION__PXS_DATA = 1u, DION__PXS_SIGNAL = 2u, DION__PXS_NOTE = 4u, DION__PXS_STAGED_IN = 8u };
+enum { DION__PXS_DATA = 1u, DION__PXS_SIGNAL = 2u, DION__PXS_STAGED_IN = 8u };
 
 /* One device handle's part. */
 typedef struct dion__pxd {
@@ -107,12 +113,25 @@ typedef struct {
 
 enum { DION__PXN_LAND = 1, DION__PXN_SIG, DION__PXN_GET, DION__PXN_AMO };
 
-/* What an initiator waits for, per notice in flight. */
+/* A ring position waiting for the acknowledgement of notice nth to a peer (several may share a notice). */
 typedef struct {
     uint32_t gid;
     uint32_t amo;
     uint64_t pos;
+    uint64_t nth;
 } dion__px_pend_t;
+
+/* Per peer: the positions waiting for its acknowledgements, in notice order (a FIFO that grows). */
+typedef struct {
+    dion__px_pend_t *w;
+    uint32_t cap, first, n;
+} dion__px_waitq_t;
+
+/* A notice applied here whose signal (or failure) waits for the batch's copies (px_stage.c). */
+typedef struct {
+    int from;
+    uint32_t slot;
+} dion__px_held_t;
 
 typedef struct dion__pxc {
     dion_comm_t comm;
@@ -134,10 +153,17 @@ typedef struct dion__pxc {
     char *box; /* the inbox (layout in px_stage.c), registered */
     dion__engine_mr_t *box_mr;
     dion__engine_rkey_t *box_rk; /* [nranks] */
-    uint64_t *sent, *acked;      /* [nranks] notices to each peer, and how many it applied */
-    uint64_t *head;              /* [nranks] notices from each peer applied here */
-    uint8_t *tstep;              /* [nranks] how far the notice at head went (BUSY) */
-    dion__px_pend_t *pend;       /* [nranks][DION__PX_NOTES] */
+    uint32_t notes;              /* K: notice slots per (rank, peer) pair */
+    /* the initiator's side, per peer: notices written into out[] (the last one still merges while it is not
+     * put), put into the peer's inbox, published on its tail, acknowledged by it */
+    uint64_t *sent, *wput, *pub, *acked;
+    dion__px_waitq_t *waitq; /* [nranks] */
+    /* the owner's side, per peer: notices applied here, replied to (GET data, AMO results, failures),
+     * acknowledged */
+    uint64_t *head, *replied, *ackd;
+    dion__px_held_t *held; /* notices of the current batch whose signals wait for its copies */
+    uint32_t nheld;
+    int copies; /* copies enqueued by this batch and not waited for */
 } dion__pxc_t;
 
 typedef struct {
@@ -166,8 +192,13 @@ dion_status_t dion__pxs_sync(dion__pxc_t *pc, const dion__pxr_t *r, uint64_t off
                              int to_shadow);
 /* Whether signal-bearing commands to peer must go as notices (notices to it are still being applied). */
 int dion__pxs_pending(const dion__pxc_t *pc, int peer);
-/* Sends note to peer for ring position pos of g: BUSY when peer's notices are all in flight or the engine is
- * full (nothing sent), else the notice is out and the position waits for peer's acknowledgement. */
+/* Copies the sources of a batch of commands (ring positions g->exec ...) that are staged windows into their
+ * shadows: one copy per run of touching ranges and one wait for them all; g->staged_to says how far it got.
+ */
+void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n);
+/* Queues note to peer for ring position pos of g, merged into the last unsent notice where that keeps every
+ * signal behind its data: BUSY when peer's notice slots are all in flight (nothing queued), else the position
+ * waits for peer's acknowledgement. The progress pass puts and publishes queued notices. */
 dion_status_t dion__pxs_send(dion__pxc_t *pc, dion__pxg_t *g, uint64_t pos, int peer,
                              const dion__px_note_t *note, int amo);
 /* Applies notices that reached this rank and takes peers' acknowledgements; 1 when it did anything. */

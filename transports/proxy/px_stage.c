@@ -3,24 +3,33 @@
  *
  * A staged window has a shadow: host memory of the same size, registered with the engine; peers' data
  * transfers reach the shadow, never the window. The window's owner keeps the two in step with notices:
- * - put / put_signal into a staged window: the initiator's proxy writes the data into the shadow, then a
- *   notice into the owner's inbox, then adds 1 to the inbox's tail with an ORDERED atomic (after the data and
- *   the notice). The owner's proxy sees the tail move, copies the range from the shadow into the window
- *   (cudaMemcpyAsync on its own non-blocking stream, then waits for that copy), applies the signal, and
- *   acknowledges. So the signal never overtakes its data, and the put completes for the initiator (quiet)
- *   only once the data is in the window.
+ * - put / put_signal into a staged window: the initiator's proxy writes the data into the shadow and queues a
+ *   LAND notice for the range (with the signal). The progress pass puts the queued notices into the owner's
+ *   inbox (one put per run of slots) and adds their number to the inbox's tail with an ORDERED atomic (after
+ *   the data and the notices). The owner's proxy sees the tail move and applies every notice that arrived,
+ *   as one batch: the copies shadow -> window are enqueued on its own non-blocking stream, one wait covers
+ *   them all, then the batch's signals are applied in notice order, then one acknowledgement (an ORDERED add
+ *   of the count) goes back per peer. So a signal never overtakes its data, and a put completes for the
+ *   initiator (quiet) only once its data is in the window.
+ * - notices merge while they are queued and not yet put: a put whose range touches a queued LAND for the same
+ *   window widens it (data may land earlier, never later); a signal, or a put_signal whose range touches it,
+ *   joins the last queued notice when that one has no signal yet (so every notice before it stays before).
+ *   Ranges merge only where they touch: a gap's shadow bytes could be older than the window's.
  * - a signal (SET / ADD) or a put_signal into an unstaged window, while notices to that peer are still
  *   unacknowledged, goes as a notice too: it is applied after them (release order).
  * - get from a staged window: a notice; the owner copies the range from the window into its shadow and puts
  *   it into the initiator's window (or the initiator's shadow, copied out locally on completion).
  * - fetch-add / compare-swap on a staged window: a notice; the owner applies it with a host atomic when the
- *   window is host memory. GPU memory cannot be updated atomically from the host: refused with a sentence.
- * - a local staged window as the source of a put is copied into its own shadow first; as the destination of a
- *   get, the data lands in the shadow and is copied into the window before the get completes.
+ *   window is host memory (after the batch's earlier copies and signals). GPU memory cannot be updated
+ *   atomically from the host: refused with a sentence.
+ * - a local staged window as the source of a put is copied into its own shadow first: the copies of a batch
+ *   of commands are enqueued together (one per run of touching ranges) and waited for once
+ *   (dion__pxs_stage_sources); as the destination of a get, the data lands in the shadow and is copied into
+ *   the window before the get completes.
  *
- * The inbox (one registered host block per rank), N = ranks, K = DION__PX_NOTES:
- *   tail[N]      notices rank s wrote here (s adds 1 per notice)
- *   ack[N]       notices of this rank that rank p applied (p adds 1 per notice)
+ * The inbox (one registered host block per rank), N = ranks, K = pc->notes:
+ *   tail[N]      notices rank s wrote here (s adds their count once they are in)
+ *   ack[N]       notices of this rank that rank p applied (p adds their count)
  *   res[N][K][2] {value, status} that rank p wrote for this rank's notice n (slot n % K)
  *   rout[N][K][2] {value, status} this rank sends back for rank s's notice n (kept until s saw the ack)
  *   in[N][K]     notices from rank s (slot n % K)
@@ -34,16 +43,17 @@
 #include "transports/proxy/px.h"
 #include "transports/transport.h"
 
-#define K DION__PX_NOTES
+#define DION__PXS_HELD  1024u /* notices applied before their batch's copies are waited for */
+#define DION__PXS_MERGE 8u    /* queued notices a put looks back through for one to merge into */
 
 typedef struct {
     size_t tail, ack, res, rout, in, out, total;
 } dion__px_box_t;
 
-static dion__px_box_t dion__px_box(int n)
+static dion__px_box_t dion__px_box(int n, uint32_t k)
 {
     dion__px_box_t b;
-    size_t N = (size_t)n;
+    size_t N = (size_t)n, K = k;
     b.tail = 0;
     b.ack = 8 * N;
     b.res = 16 * N;
@@ -52,6 +62,14 @@ static dion__px_box_t dion__px_box(int n)
     b.out = b.in + sizeof(dion__px_note_t) * N * K;
     b.total = b.out + sizeof(dion__px_note_t) * N * K;
     return b;
+}
+
+/* K for n ranks: the budget shared out, a power of two within [MIN, MAX] (the same on every rank). */
+static uint32_t dion__px_notes(int n)
+{
+    uint32_t k = DION__PX_NOTES_MAX;
+    while (k > DION__PX_NOTES_MIN && (uint64_t)k * (uint64_t)n > DION__PX_NOTES_BUDGET) k /= 2;
+    return k;
 }
 
 static uint64_t *dion__px_word(dion__pxc_t *pc, size_t off)
@@ -77,7 +95,8 @@ dion_status_t dion__pxs_comm_init(dion__pxc_t *pc)
     if (ag != DION_SUCCESS || !any) return ag;
 
     pc->stage_on = 1;
-    dion__px_box_t b = dion__px_box(n);
+    pc->notes = dion__px_notes(n);
+    dion__px_box_t b = dion__px_box(n, pc->notes);
     dion__engine_rkey_t rk;
     memset(&rk, 0, sizeof rk);
     st = dion__stage_create(pc->E, pc->e, 64, 1, &pc->stage);
@@ -90,22 +109,22 @@ dion_status_t dion__pxs_comm_init(dion__pxc_t *pc)
         st = pc->E->mem_reg(pc->e, pc->box, b.total, DION__ENGINE_MEM_HOST, &pc->box_mr, &rk);
     }
     pc->box_rk = calloc((size_t)n, sizeof *pc->box_rk);
-    pc->sent = calloc((size_t)n, sizeof *pc->sent);
-    pc->acked = calloc((size_t)n, sizeof *pc->acked);
-    pc->head = calloc((size_t)n, sizeof *pc->head);
-    pc->tstep = calloc((size_t)n, 1);
-    pc->pend = calloc((size_t)n * K, sizeof *pc->pend);
-    if (st == DION_SUCCESS &&
-        (!pc->box_rk || !pc->sent || !pc->acked || !pc->head || !pc->tstep || !pc->pend))
+    uint64_t **ctr[] = {&pc->sent, &pc->wput, &pc->pub, &pc->acked, &pc->head, &pc->replied, &pc->ackd};
+    int oom = 0;
+    for (size_t i = 0; i < sizeof ctr / sizeof ctr[0]; i++) oom |= !(*ctr[i] = calloc((size_t)n, 8));
+    pc->waitq = calloc((size_t)n, sizeof *pc->waitq);
+    pc->held = calloc(DION__PXS_HELD, sizeof *pc->held);
+    if (st == DION_SUCCESS && (oom || !pc->box_rk || !pc->waitq || !pc->held))
         st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
     ag = dion__comm_agree(c, st, "opening the proxy's staging inbox");
     if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &rk, sizeof rk, pc->box_rk);
     if (ag == DION_SUCCESS)
         DION_LOG(DION_LOG_INFO,
-                 "proxy backend: staging %s through pinned host shadows (%s); inbox %zu bytes per rank",
+                 "proxy backend: staging %s through pinned host shadows (%s); inbox %zu bytes per rank, %u "
+                 "notices in flight per peer",
                  pc->stage_always ? "every window" : "GPU windows",
                  pc->stage_always ? "DION_PROXY_STAGING=always" : "the provider cannot register GPU memory",
-                 b.total);
+                 b.total, pc->notes);
     return ag;
 }
 
@@ -115,11 +134,11 @@ void dion__pxs_comm_fini(dion__pxc_t *pc)
     free(pc->box);
     if (pc->stage) dion__stage_destroy(pc->stage);
     free(pc->box_rk);
-    free(pc->sent);
-    free(pc->acked);
-    free(pc->head);
-    free(pc->tstep);
-    free(pc->pend);
+    uint64_t *ctr[] = {pc->sent, pc->wput, pc->pub, pc->acked, pc->head, pc->replied, pc->ackd};
+    for (size_t i = 0; i < sizeof ctr / sizeof ctr[0]; i++) free(ctr[i]);
+    for (int r = 0; pc->waitq && r < pc->comm->nranks; r++) free(pc->waitq[r].w);
+    free(pc->waitq);
+    free(pc->held);
 }
 
 dion_status_t dion__pxs_export(dion__pxc_t *pc, void *base, size_t bytes, dion__px_desc_t *desc,
@@ -204,42 +223,205 @@ int dion__pxs_pending(const dion__pxc_t *pc, int peer)
     return pc->stage_on && pc->sent[peer] != pc->acked[peer];
 }
 
-dion_status_t dion__pxs_send(dion__pxc_t *pc, dion__pxg_t *g, uint64_t pos, int peer,
-                             const dion__px_note_t *note, int amo)
+/* ---- the initiator's side: staged sources, queued notices, acknowledgements ---- */
+
+typedef struct {
+    dion__pxr_t *r;
+    uint64_t off, end;
+} dion__pxs_range_t;
+
+static int dion__pxs_range_cmp(const void *a, const void *b)
 {
-    dion__px_box_t b = dion__px_box(pc->comm->nranks);
-    uint64_t nth = pc->sent[peer];
-    int me = pc->comm->rank;
-    uint32_t slot = (uint32_t)(nth % K);
-    int resumed = g->partial == pos + 1 && (g->pstep & DION__PXS_NOTE);
-    if (!resumed) {
-        if (nth - pc->acked[peer] >= K) return DION__ENGINE_BUSY; /* its slot is still the peer's to read */
-        dion__px_note_t *out = (dion__px_note_t *)(pc->box + b.out) + (size_t)peer * K + slot;
-        *out = *note;
-        uint64_t *res = dion__px_word(pc, b.res) + ((size_t)peer * K + slot) * 2;
-        res[0] = res[1] = 0; /* the peer writes here only for results and failures */
-        dion_status_t st =
-            pc->E->put(pc->e, peer, pc->box_mr, out, &pc->box_rk[peer],
-                       b.in + ((size_t)me * K + slot) * sizeof *out, sizeof *out, 0, DION__PX_INTERNAL);
-        if (st != DION_SUCCESS) return st;
-        g->partial = pos + 1;
-        g->pstep |= DION__PXS_NOTE;
+    const dion__pxs_range_t *x = a, *y = b;
+    if (x->r != y->r) return (uintptr_t)x->r < (uintptr_t)y->r ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n)
+{
+    if (!pc->stage_on) return;
+    dion__pxs_range_t rg[64];
+    uint32_t k = 0;
+    uint64_t pos = g->exec, to = g->staged_to > pos ? g->staged_to : pos;
+    for (uint32_t i = 0; i < n && k < 64; i++) {
+        const dion_proxy_cmd_t *c = &cmds[i];
+        /* a source may be written by what comes before a fence (a get into it): later sources wait; a fence
+         * first in the batch with nothing in flight is taken at once */
+        if ((c->op == DION_PROXY_OP_FENCE && (i || g->inflight)) || c->op == DION_PROXY_OP_GET) break;
+        if (pos + i < to) continue;
+        if ((c->op == DION_PROXY_OP_PUT || c->op == DION_PROXY_OP_PUT_SIGNAL) && c->u.rma.bytes &&
+            c->peer != pc->comm->rank) {
+            dion__pxr_t *r = dion__px_find(pc, c->u.rma.src_win);
+            uint64_t off = c->u.rma.src_off, bytes = c->u.rma.bytes;
+            if (!r || off > r->bytes || bytes > r->bytes - off) break; /* the post reports it */
+            if (r->staged) rg[k++] = (dion__pxs_range_t){r, off, off + bytes};
+        }
+        to = pos + i + 1;
     }
-    /* the tail moves only after the data and the notice are in the peer's memory */
-    dion_status_t st =
-        pc->E->atomic(pc->e, peer, DION__ENGINE_AMO_ADD, &pc->box_rk[peer], b.tail + (size_t)me * 8, 1, 0,
-                      DION__ENGINE_F_ORDERED, DION__PX_INTERNAL);
-    if (st != DION_SUCCESS) return st;
-    dion__px_pend_t *p = &pc->pend[(size_t)peer * K + slot];
-    p->gid = g->gid;
-    p->pos = pos;
-    p->amo = (uint32_t)amo;
-    pc->sent[peer] = nth + 1;
-    g->pstep &= ~(uint32_t)DION__PXS_NOTE;
+    if (to <= g->staged_to) return;
+    qsort(rg, k, sizeof rg[0], dion__pxs_range_cmp);
+    dion_status_t st = DION_SUCCESS;
+    for (uint32_t i = 0; i < k && st == DION_SUCCESS;) {
+        dion__pxs_range_t run = rg[i++];
+        while (i < k && rg[i].r == run.r && rg[i].off <= run.end) { /* touching: one copy */
+            if (rg[i].end > run.end) run.end = rg[i].end;
+            i++;
+        }
+        st = dion__stage_copy_async(pc->stage, run.r->shadow + run.off, run.r->base + run.off,
+                                    run.end - run.off, "copying a staged window into its host shadow");
+    }
+    if (st == DION_SUCCESS)
+        st = dion__stage_wait(pc->stage, "copying staged windows into their host shadows");
+    if (st == DION_SUCCESS) g->staged_to = to; /* else each put copies its own and reports the failure */
+}
+
+static dion_status_t dion__pxs_wait_push(dion__pxc_t *pc, int peer, const dion__pxg_t *g, uint64_t pos,
+                                         int amo, uint64_t nth)
+{
+    dion__px_waitq_t *q = &pc->waitq[peer];
+    if (q->n == q->cap) {
+        uint32_t cap = q->cap ? 2 * q->cap : 64;
+        dion__px_pend_t *w = malloc(sizeof *w * cap);
+        if (!w) return dion__error(DION_ERR_NO_MEMORY, "proxy staging: out of memory for %u waiters", cap);
+        for (uint32_t i = 0; i < q->n; i++) w[i] = q->w[(q->first + i) % q->cap];
+        free(q->w);
+        q->w = w;
+        q->cap = cap;
+        q->first = 0;
+    }
+    q->w[(q->first + q->n++) % q->cap] = (dion__px_pend_t){g->gid, (uint32_t)amo, pos, nth};
     return DION_SUCCESS;
 }
 
-/* ---- the owner's side: applying a notice ---- */
+static int dion__pxs_touch(const dion__px_note_t *a, const dion__px_note_t *b)
+{
+    return a->win == b->win && b->off <= a->off + a->bytes && a->off <= b->off + b->bytes;
+}
+
+/* The queued notice note merges into (its index), or -1. Only notices not yet put may change. */
+static int64_t dion__pxs_merge_into(dion__pxc_t *pc, int peer, const dion__px_note_t *note)
+{
+    uint64_t sent = pc->sent[peer], lo = pc->wput[peer];
+    if (sent == lo || note->op == DION__PXN_GET || note->op == DION__PXN_AMO) return -1;
+    const dion__px_note_t *out =
+        (const dion__px_note_t *)(pc->box + dion__px_box(pc->comm->nranks, pc->notes).out) +
+        (size_t)peer * pc->notes;
+    const dion__px_note_t *last = &out[(sent - 1) % pc->notes];
+    int last_open = last->op == DION__PXN_LAND && !last->has_sig;
+    if (note->op == DION__PXN_SIG) return last_open ? (int64_t)(sent - 1) : -1;
+    if (note->has_sig) /* a signal stays behind every earlier notice: the last one only */
+        return last_open && dion__pxs_touch(last, note) ? (int64_t)(sent - 1) : -1;
+    for (uint64_t i = sent; i > lo && sent - i < DION__PXS_MERGE; i--) {
+        const dion__px_note_t *c = &out[(i - 1) % pc->notes];
+        if (c->op == DION__PXN_LAND && dion__pxs_touch(c, note)) return (int64_t)(i - 1);
+    }
+    return -1;
+}
+
+dion_status_t dion__pxs_send(dion__pxc_t *pc, dion__pxg_t *g, uint64_t pos, int peer,
+                             const dion__px_note_t *note, int amo)
+{
+    dion__px_box_t b = dion__px_box(pc->comm->nranks, pc->notes);
+    dion__px_note_t *out = (dion__px_note_t *)(pc->box + b.out) + (size_t)peer * pc->notes;
+    int64_t into = dion__pxs_merge_into(pc, peer, note);
+    if (into >= 0) {
+        dion_status_t st = dion__pxs_wait_push(pc, peer, g, pos, amo, (uint64_t)into);
+        if (st != DION_SUCCESS) return st;
+        dion__px_note_t *m = &out[(uint64_t)into % pc->notes];
+        if (note->op == DION__PXN_LAND) {
+            uint64_t lo = note->off < m->off ? note->off : m->off;
+            uint64_t hi =
+                note->off + note->bytes > m->off + m->bytes ? note->off + note->bytes : m->off + m->bytes;
+            m->off = lo;
+            m->bytes = hi - lo;
+        }
+        if (note->has_sig) {
+            m->has_sig = 1;
+            m->sig_op = note->sig_op;
+            m->sig = note->sig;
+            m->value = note->value;
+            m->sigkey = note->sigkey;
+        }
+        return DION_SUCCESS;
+    }
+    uint64_t nth = pc->sent[peer];
+    if (nth - pc->acked[peer] >= pc->notes) return DION__ENGINE_BUSY; /* its slot is still the peer's */
+    dion_status_t st = dion__pxs_wait_push(pc, peer, g, pos, amo, nth);
+    if (st != DION_SUCCESS) return st;
+    uint32_t slot = (uint32_t)(nth % pc->notes);
+    out[slot] = *note;
+    uint64_t *res = dion__px_word(pc, b.res) + ((size_t)peer * pc->notes + slot) * 2;
+    res[0] = res[1] = 0; /* the peer writes here only for results and failures */
+    pc->sent[peer] = nth + 1;
+    return DION_SUCCESS;
+}
+
+/* Raises peer's counter at off (its tail or ack word for this rank) from *done to upto with one ORDERED add,
+ * after everything posted to peer before it; 1 when it went out (BUSY: the next pass tries again). */
+static int dion__pxs_count(dion__pxc_t *pc, int peer, size_t off, uint64_t *done, uint64_t upto)
+{
+    if (*done >= upto ||
+        pc->E->atomic(pc->e, peer, DION__ENGINE_AMO_ADD, &pc->box_rk[peer], off, upto - *done, 0,
+                      DION__ENGINE_F_ORDERED, DION__PX_INTERNAL) != DION_SUCCESS)
+        return 0;
+    *done = upto;
+    return 1;
+}
+
+/* Puts the queued notices to peer into its inbox (a run of slots per put), then publishes them on its tail
+ * with one ORDERED add, after their data. BUSY leaves the rest for the next pass. */
+static int dion__pxs_flush(dion__pxc_t *pc, int peer, const dion__px_box_t *b)
+{
+    int me = pc->comm->rank, did = 0;
+    uint32_t K = pc->notes;
+    while (pc->wput[peer] < pc->sent[peer]) {
+        uint64_t first = pc->wput[peer];
+        uint32_t slot = (uint32_t)(first % K);
+        uint64_t cnt = pc->sent[peer] - first;
+        if (cnt > K - slot) cnt = K - slot;
+        const dion__px_note_t *out = (const dion__px_note_t *)(pc->box + b->out) + (size_t)peer * K + slot;
+        if (pc->E->put(pc->e, peer, pc->box_mr, out, &pc->box_rk[peer],
+                       b->in + ((size_t)me * K + slot) * sizeof *out, cnt * sizeof *out, 0,
+                       DION__PX_INTERNAL) != DION_SUCCESS)
+            return did; /* BUSY (or broken: the poll reports it) */
+        pc->wput[peer] = first + cnt;
+        did = 1;
+    }
+    return did | dion__pxs_count(pc, peer, b->tail + (size_t)me * 8, &pc->pub[peer], pc->wput[peer]);
+}
+
+/* Acknowledgements from peer p complete the positions that waited for them. */
+static int dion__pxs_acks(dion__pxc_t *pc, int p, const dion__px_box_t *b)
+{
+    if (pc->acked[p] == pc->pub[p]) return 0;
+    uint64_t a = __atomic_load_n(dion__px_word(pc, b->ack) + p, __ATOMIC_ACQUIRE);
+    if (a > pc->pub[p]) a = pc->pub[p];
+    if (a <= pc->acked[p]) return 0;
+    dion__px_waitq_t *q = &pc->waitq[p];
+    while (q->n && q->w[q->first].nth < a) {
+        dion__px_pend_t e = q->w[q->first];
+        q->first = (q->first + 1) % q->cap;
+        q->n--;
+        const uint64_t *res = dion__px_word(pc, b->res) + ((size_t)p * pc->notes + e.nth % pc->notes) * 2;
+        dion__pxg_t *g = e.gid < DION__PX_GLUES ? pc->gtab[e.gid] : NULL;
+        if (!g) continue; /* its handle is gone */
+        uint64_t mask = g->r->dev.mask;
+        if (res[1] && !g->r->failed) {
+            snprintf(g->why, sizeof g->why,
+                     "proxy staging: rank %d could not apply an operation of rank %d (%s); its log says why",
+                     p, pc->comm->rank, dion_status_string((dion_status_t)res[1]));
+            dion__proxy_ring_fail(g->r, (dion_status_t)res[1], g->why);
+        }
+        if (e.amo) dion__proxy_cmd_result(&g->r->slots[e.pos & mask], res[0]);
+        if (g->cnt[e.pos & mask]) g->cnt[e.pos & mask]--;
+        if (g->inflight) g->inflight--;
+        dion__px_advance(g);
+    }
+    pc->acked[p] = a;
+    return 1;
+}
+
+/* ---- the owner's side: applying notices, a batch at a time ---- */
 
 static dion__pxr_t *dion__pxs_by_key(dion__pxc_t *pc, uint64_t key)
 {
@@ -275,29 +457,74 @@ static dion_status_t dion__pxs_signal(dion__pxc_t *pc, int s, const dion__px_not
     return DION_SUCCESS;
 }
 
-/* Step 1 of a notice from rank s: its effect on this rank's memory. rout gets {value, status}; *reply: the
- * notice needs a put back (GET data, AMO result, or a failure). */
-static void dion__pxs_apply(dion__pxc_t *pc, int s, const dion__px_note_t *n, uint64_t *rout, int *reply)
+static const dion__px_note_t *dion__pxs_in(dion__pxc_t *pc, const dion__px_box_t *b, int s, uint32_t slot)
 {
+    return (const dion__px_note_t *)(pc->box + b->in) + (size_t)s * pc->notes + slot;
+}
+
+static uint64_t *dion__pxs_rout(dion__pxc_t *pc, const dion__px_box_t *b, int s, uint32_t slot)
+{
+    return dion__px_word(pc, b->rout) + ((size_t)s * pc->notes + slot) * 2;
+}
+
+static void dion__pxs_failed(uint64_t *rout, dion_status_t st)
+{
+    DION_LOG(DION_LOG_WARN, "%s", dion_last_error());
+    if (!rout[1]) rout[1] = (uint64_t)st;
+}
+
+/* Waits for the batch's copies, then applies the held notices' signals in the order they came (a notice whose
+ * copy failed gets the failure instead of its signal). */
+static void dion__pxs_barrier(dion__pxc_t *pc, const dion__px_box_t *b)
+{
+    dion_status_t cs = DION_SUCCESS;
+    if (pc->copies) cs = dion__stage_wait(pc->stage, "copying host shadows into their staged windows");
+    pc->copies = 0;
+    for (uint32_t i = 0; i < pc->nheld; i++) {
+        const dion__px_held_t *h = &pc->held[i];
+        const dion__px_note_t *n = dion__pxs_in(pc, b, h->from, h->slot);
+        uint64_t *rout = dion__pxs_rout(pc, b, h->from, h->slot);
+        if (rout[1]) continue;
+        dion_status_t st = n->op == DION__PXN_SIG ? DION_SUCCESS : cs;
+        if (st == DION_SUCCESS && n->has_sig) st = dion__pxs_signal(pc, h->from, n); /* the data is in */
+        if (st != DION_SUCCESS) dion__pxs_failed(rout, st);
+    }
+    pc->nheld = 0;
+}
+
+/* A notice from rank s: its effect on this rank's memory. Copies are enqueued and signals held for the
+ * batch's barrier; an atomic waits for the barrier first. rout gets {value, status}. */
+static void dion__pxs_apply(dion__pxc_t *pc, const dion__px_box_t *b, int s, uint32_t slot)
+{
+    const dion__px_note_t *n = dion__pxs_in(pc, b, s, slot);
+    uint64_t *rout = dion__pxs_rout(pc, b, s, slot);
     dion__pxr_t *r = NULL;
     dion_status_t st = DION_SUCCESS;
+    int copy = 0;
     rout[0] = rout[1] = 0;
-    *reply = 0;
     switch (n->op) {
     case DION__PXN_LAND:
-        st = dion__pxs_region(pc, s, n->win, 1, &r);
-        if (st == DION_SUCCESS) st = dion__pxs_sync(pc, r, n->off, n->bytes, 0);
-        if (st == DION_SUCCESS && n->has_sig) st = dion__pxs_signal(pc, s, n); /* now that the data is in */
-        break;
-    case DION__PXN_SIG:
-        st = dion__pxs_signal(pc, s, n);
-        break;
     case DION__PXN_GET:
         st = dion__pxs_region(pc, s, n->win, 1, &r);
-        if (st == DION_SUCCESS) st = dion__pxs_sync(pc, r, n->off, n->bytes, 1);
-        if (st == DION_SUCCESS && n->bytes) *reply = 1;
+        if (st == DION_SUCCESS && (n->off > r->bytes || n->bytes > r->bytes - n->off))
+            st = dion__error(
+                DION_ERR_REMOTE_ACCESS,
+                "proxy staging: %llu bytes at offset %llu of window %u on rank %d, which has %llu",
+                (unsigned long long)n->bytes, (unsigned long long)n->off, r->id, pc->comm->rank,
+                (unsigned long long)r->bytes);
+        if (st == DION_SUCCESS && n->bytes) {
+            int land = n->op == DION__PXN_LAND;
+            st = dion__stage_copy_async(pc->stage, (land ? r->base : r->shadow) + n->off,
+                                        (land ? r->shadow : r->base) + n->off, n->bytes,
+                                        land ? "copying a host shadow into its staged window"
+                                             : "copying a staged window into its host shadow");
+            copy = st == DION_SUCCESS;
+        }
+        break;
+    case DION__PXN_SIG:
         break;
     case DION__PXN_AMO:
+        dion__pxs_barrier(pc, b); /* the word may have been written by an earlier notice */
         st = dion__pxs_region(pc, s, n->win, 1, &r);
         if (st != DION_SUCCESS) break;
         if (r->gpu) {
@@ -323,106 +550,78 @@ static void dion__pxs_apply(dion__pxc_t *pc, int s, const dion__px_note_t *n, ui
         } else {
             rout[0] = __atomic_fetch_add(w, n->value, __ATOMIC_SEQ_CST);
         }
-        *reply = 1;
-        break;
+        return;
     default:
         st = dion__error(DION_ERR_INTERNAL, "proxy staging: unknown notice op %u from rank %d", n->op, s);
     }
     if (st != DION_SUCCESS) {
-        DION_LOG(DION_LOG_WARN, "%s", dion_last_error());
-        rout[1] = (uint64_t)st;
-        *reply = 1;
+        dion__pxs_failed(rout, st);
+        return;
+    }
+    pc->copies |= copy;
+    if (copy || n->has_sig) {
+        if (pc->nheld == DION__PXS_HELD) dion__pxs_barrier(pc, b);
+        pc->held[pc->nheld++] = (dion__px_held_t){s, slot};
     }
 }
 
-/* Works through the notices from rank s; returns 1 when it applied any. A step that meets BUSY is resumed at
- * the next call (tstep), so nothing is applied twice. */
-static int dion__pxs_serve(dion__pxc_t *pc, int s, const dion__px_box_t *b)
+/* Applies every notice that came from rank s (the caller waits for the batch); 1 when it applied any. */
+static int dion__pxs_take(dion__pxc_t *pc, int s, const dion__px_box_t *b)
+{
+    uint64_t tail = __atomic_load_n(dion__px_word(pc, b->tail) + s, __ATOMIC_ACQUIRE);
+    int did = 0;
+    for (; pc->head[s] < tail; pc->head[s]++, did = 1)
+        dion__pxs_apply(pc, b, s, (uint32_t)(pc->head[s] % pc->notes));
+    return did;
+}
+
+/* Replies to the applied notices of rank s in order (GET data, AMO results, failures), then acknowledges them
+ * with one ORDERED add, after the replies. Each notice takes at most one put: BUSY resumes at it. */
+static int dion__pxs_answer(dion__pxc_t *pc, int s, const dion__px_box_t *b)
 {
     int me = pc->comm->rank, did = 0;
-    uint64_t tail = __atomic_load_n(dion__px_word(pc, b->tail) + s, __ATOMIC_ACQUIRE);
-    while (pc->head[s] < tail) {
-        uint64_t nth = pc->head[s];
-        uint32_t slot = (uint32_t)(nth % K);
-        const dion__px_note_t *n = (const dion__px_note_t *)(pc->box + b->in) + (size_t)s * K + slot;
+    while (pc->replied[s] < pc->head[s]) {
+        uint32_t slot = (uint32_t)(pc->replied[s] % pc->notes);
+        const dion__px_note_t *n = dion__pxs_in(pc, b, s, slot);
         /* the reply's source stays untouched until the put went out: s reuses the slot only after the ack,
          * which follows the reply */
-        uint64_t *rout = dion__px_word(pc, b->rout) + ((size_t)s * K + slot) * 2;
+        uint64_t *rout = dion__pxs_rout(pc, b, s, slot);
         dion_status_t st = DION_SUCCESS;
-        if (pc->tstep[s] == 0) {
-            int reply = 0;
-            dion__pxs_apply(pc, s, n, rout, &reply);
-            pc->tstep[s] = reply ? 1 : 2;
-            did = 1;
-        }
-        if (pc->tstep[s] == 1) {
-            if (n->op == DION__PXN_GET && !rout[1]) { /* the data, from this rank's shadow */
-                dion__pxr_t *r = dion__px_find(pc, n->win), *d = dion__px_find(pc, n->dst_win);
-                if (!d || d->rkeys[s].mem.len + d->rkeys[s].shadow.len == 0) {
-                    rout[1] = DION_ERR_REMOTE_ACCESS;
-                    DION_LOG(DION_LOG_WARN,
-                             "proxy staging: a get from rank %d names its window %u, unknown here", s,
-                             n->dst_win);
-                } else {
-                    const dion__engine_rkey_t *to =
-                        d->rkeys[s].staged ? &d->rkeys[s].shadow : &d->rkeys[s].mem;
-                    st = pc->E->put(pc->e, s, r->smr, r->shadow + n->off, to, n->aux, n->bytes, 0,
-                                    DION__PX_INTERNAL);
-                }
+        if (n->op == DION__PXN_GET && n->bytes && !rout[1]) { /* the data, from this rank's shadow */
+            dion__pxr_t *r = dion__px_find(pc, n->win), *d = dion__px_find(pc, n->dst_win);
+            if (!d || d->rkeys[s].mem.len + d->rkeys[s].shadow.len == 0) {
+                rout[1] = DION_ERR_REMOTE_ACCESS;
+                DION_LOG(DION_LOG_WARN, "proxy staging: a get from rank %d names its window %u, unknown here",
+                         s, n->dst_win);
+            } else {
+                const dion__engine_rkey_t *to = d->rkeys[s].staged ? &d->rkeys[s].shadow : &d->rkeys[s].mem;
+                st = pc->E->put(pc->e, s, r->smr, r->shadow + n->off, to, n->aux, n->bytes, 0,
+                                DION__PX_INTERNAL);
             }
-            if (st == DION_SUCCESS && (n->op != DION__PXN_GET || rout[1]))
-                st = pc->E->put(pc->e, s, pc->box_mr, rout, &pc->box_rk[s],
-                                b->res + ((size_t)me * K + slot) * 16, 16, 0, DION__PX_INTERNAL);
-            if (st != DION_SUCCESS) break; /* BUSY (or broken: the poll reports it) */
-            pc->tstep[s] = 2;
         }
-        /* the acknowledgement comes after the reply in the initiator's memory */
-        st = pc->E->atomic(pc->e, s, DION__ENGINE_AMO_ADD, &pc->box_rk[s], b->ack + (size_t)me * 8, 1, 0,
-                           DION__ENGINE_F_ORDERED, DION__PX_INTERNAL);
-        if (st != DION_SUCCESS) break;
-        pc->tstep[s] = 0;
-        pc->head[s] = nth + 1;
-    }
-    return did;
-}
-
-/* The initiator's side: acknowledgements from peer p complete what waited for them. */
-static int dion__pxs_acks(dion__pxc_t *pc, int p, const dion__px_box_t *b)
-{
-    if (pc->acked[p] == pc->sent[p]) return 0;
-    uint64_t a = __atomic_load_n(dion__px_word(pc, b->ack) + p, __ATOMIC_ACQUIRE);
-    int did = 0;
-    while (pc->acked[p] < a && pc->acked[p] < pc->sent[p]) {
-        uint32_t slot = (uint32_t)(pc->acked[p] % K);
-        dion__px_pend_t *e = &pc->pend[(size_t)p * K + slot];
-        const uint64_t *res = dion__px_word(pc, b->res) + ((size_t)p * K + slot) * 2;
-        dion__pxg_t *g = e->gid < DION__PX_GLUES ? pc->gtab[e->gid] : NULL;
-        pc->acked[p]++;
+        if (st == DION_SUCCESS && (n->op == DION__PXN_AMO || rout[1]))
+            st = pc->E->put(pc->e, s, pc->box_mr, rout, &pc->box_rk[s],
+                            b->res + ((size_t)me * pc->notes + slot) * 16, 16, 0, DION__PX_INTERNAL);
+        if (st != DION_SUCCESS) break; /* BUSY (or broken: the poll reports it) */
+        pc->replied[s]++;
         did = 1;
-        if (!g) continue; /* its handle is gone */
-        uint64_t mask = g->r->dev.mask;
-        if (res[1] && !g->r->failed) {
-            snprintf(g->why, sizeof g->why,
-                     "proxy staging: rank %d could not apply an operation of rank %d (%s); its log says why",
-                     p, pc->comm->rank, dion_status_string((dion_status_t)res[1]));
-            dion__proxy_ring_fail(g->r, (dion_status_t)res[1], g->why);
-        }
-        if (e->amo) dion__proxy_cmd_result(&g->r->slots[e->pos & mask], res[0]);
-        if (g->cnt[e->pos & mask]) g->cnt[e->pos & mask]--;
-        if (g->inflight) g->inflight--;
-        dion__px_advance(g);
     }
-    return did;
+    return did | dion__pxs_count(pc, s, b->ack + (size_t)me * 8, &pc->ackd[s], pc->replied[s]);
 }
 
 int dion__pxs_progress(dion__pxc_t *pc)
 {
     if (!pc->stage_on) return 0;
-    dion__px_box_t b = dion__px_box(pc->comm->nranks);
-    int did = 0;
-    for (int r = 0; r < pc->comm->nranks; r++) {
-        if (r == pc->comm->rank) continue;
-        did |= dion__pxs_serve(pc, r, &b);
+    dion__px_box_t b = dion__px_box(pc->comm->nranks, pc->notes);
+    int did = 0, me = pc->comm->rank, n = pc->comm->nranks;
+    for (int r = 0; r < n; r++)
+        if (r != me) did |= dion__pxs_flush(pc, r, &b);
+    for (int r = 0; r < n; r++)
+        if (r != me) did |= dion__pxs_take(pc, r, &b);
+    dion__pxs_barrier(pc, &b); /* one wait for every copy of the batch, then its signals */
+    for (int r = 0; r < n; r++) {
+        if (r == me) continue;
+        did |= dion__pxs_answer(pc, r, &b);
         did |= dion__pxs_acks(pc, r, &b);
     }
     return did;

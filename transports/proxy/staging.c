@@ -17,6 +17,7 @@ struct dion__stage {
     int gpu;               /* memory from cudaHostAlloc and copies through a private stream */
     int device;            /* the GPU the stream belongs to (made current in the copying thread) */
     cudaStream_t stream;
+    uint32_t queued; /* copies enqueued since the last wait */
 };
 
 dion_status_t dion__stage_create(const dion__engine_ops_t *ops, dion__engine_t *e, size_t slot_bytes,
@@ -90,9 +91,10 @@ size_t dion__stage_slot_bytes(const dion__stage_t *s)
 /* cudaMemcpyDefault: the direction comes from the pointers (unified addressing), so host memory given by a
  * caller in CPU mode on a GPU machine is copied correctly too. The stream is non-blocking: the copy does not
  * wait for kernels on the legacy default stream (which may be spinning on this very data), and the proxy
- * thread waits for the copy alone. The proxy thread is not the thread that made the stream: the device is
- * made current first (cheap when it is already). */
-static dion_status_t copy(dion__stage_t *s, void *dst, const void *src, size_t bytes, const char *what)
+ * thread waits for its own copies alone. The proxy thread is not the thread that made the stream: the device
+ * is made current first (cheap when it is already). */
+dion_status_t dion__stage_copy_async(dion__stage_t *s, void *dst, const void *src, size_t bytes,
+                                     const char *what)
 {
     if (!bytes) return DION_SUCCESS;
     if (!s->gpu) {
@@ -101,8 +103,24 @@ static dion_status_t copy(dion__stage_t *s, void *dst, const void *src, size_t b
     }
     cudaError_t ce = cudaSetDevice(s->device);
     if (ce == cudaSuccess) ce = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->stream);
+    if (ce == cudaSuccess) s->queued++;
+    return ce == cudaSuccess ? DION_SUCCESS : dion__cuda_check(ce, what);
+}
+
+dion_status_t dion__stage_wait(dion__stage_t *s, const char *what)
+{
+    if (!s->gpu || !s->queued) return DION_SUCCESS;
+    s->queued = 0;
+    cudaError_t ce = cudaSetDevice(s->device);
     if (ce == cudaSuccess) ce = cudaStreamSynchronize(s->stream);
     return ce == cudaSuccess ? DION_SUCCESS : dion__cuda_check(ce, what);
+}
+
+static dion_status_t copy(dion__stage_t *s, void *dst, const void *src, size_t bytes, const char *what)
+{
+    dion_status_t st = dion__stage_copy_async(s, dst, src, bytes, what);
+    if (st == DION_SUCCESS) st = dion__stage_wait(s, what);
+    return st;
 }
 
 dion_status_t dion__stage_copy(dion__stage_t *s, void *dst, const void *src, size_t bytes, const char *what)

@@ -1,8 +1,8 @@
 /* Staging of local GPU memory through pinned host bounce buffers, for engines that cannot register GPU memory
  * (dion__engine_caps_t.cuda_mem == 0). A put from a GPU window copies the bytes into a slot and puts from the
  * slot; a get into a GPU window gets into a slot and copies out once it completed. Each staged operation pays
- * a device-host copy (PCIe) and waits for it. The proxy backend stages whole windows through shadows
- * (px_stage.c) and uses the pool for its copy stream.
+ * a device-host copy (PCIe) and waits for it (or for a batch of them). The proxy backend stages whole windows
+ * through shadows (px_stage.c) and uses the pool for its copy stream.
  *
  * Threading: like the engine, one thread at a time per pool. */
 #ifndef DION_STAGING_H
@@ -24,9 +24,15 @@ size_t dion__stage_slot_bytes(const dion__stage_t *s);
 /* Copies between GPU (or, without a GPU, host) memory and a slot; blocks until the copy is done. */
 dion_status_t dion__stage_in(dion__stage_t *s, int slot, const void *src, size_t bytes);
 dion_status_t dion__stage_out(dion__stage_t *s, int slot, void *dst, size_t bytes);
-/* Copies bytes (GPU or host memory on either side) on the pool's stream and waits for that copy alone;
- * memcpy without a GPU. */
+/* Copies bytes (GPU or host memory on either side) on the pool's stream and waits for it (and for every copy
+ * enqueued before it); memcpy without a GPU. */
 dion_status_t dion__stage_copy(dion__stage_t *s, void *dst, const void *src, size_t bytes, const char *what);
+/* The same without the wait: enqueues the copy on the pool's stream (copies run in the order enqueued);
+ * memcpy at once without a GPU. dion__stage_wait waits for every copy enqueued so far: a batch of copies
+ * pays one synchronization (docs/backends/proxy.md, "Cost"). */
+dion_status_t dion__stage_copy_async(dion__stage_t *s, void *dst, const void *src, size_t bytes,
+                                     const char *what);
+dion_status_t dion__stage_wait(dion__stage_t *s, const char *what);
 /* Host memory for a window's shadow: pinned (cudaHostAlloc, portable) where a GPU exists, else page-aligned.
  * Not registered here. */
 dion_status_t dion__stage_shadow_alloc(dion__stage_t *s, size_t bytes, void **mem);

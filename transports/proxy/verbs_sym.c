@@ -3,6 +3,7 @@
 #include <link.h>
 #include <string.h>
 
+#include "engine_verbs.h"
 #include "verbs_sym.h"
 
 dion_status_t dion__ibv_load(const char *libname, dion__ibv_t *t)
@@ -76,8 +77,5 @@ void dion__ibv_unload(dion__ibv_t *t)
 int dion__ibv_query_port(const dion__ibv_t *t, struct ibv_context *ctx, uint8_t port,
                          struct ibv_port_attr *attr)
 {
-    struct verbs_context *vctx = verbs_get_ctx_op(ctx, query_port);
-    if (vctx) return vctx->query_port(ctx, port, attr, sizeof *attr);
-    memset(attr, 0, sizeof *attr);
-    return t->query_port(ctx, port, (struct _compat_ibv_port_attr *)attr);
+    return dion__verbs_port_query(t->query_port, ctx, port, attr);
 }
