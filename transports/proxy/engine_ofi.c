@@ -267,18 +267,19 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
     if ((rc = fi_ep_bind(e->ep, &e->av->fid, 0))) goto fi_err;
     step = "fi_ep_bind(cq)";
     if ((rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV))) goto fi_err;
-    /* Peers' operations served here give no completion: a counter of them tells the proxy thread that this
-     * rank is a target of traffic, so that it does not nap then (served). Optional. */
+    /* Peers' operations served here give no completion: a counter of them (FI_RMA_EVENT: shm has it, 1.17's
+     * tcp;ofi_rxm not) tells the proxy thread that this rank is a target of traffic, so that it does not nap
+     * then (served). Optional. */
     struct fi_cntr_attr cntr_attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
-    if (fi_cntr_open(e->domain, &cntr_attr, &e->rx_cntr, NULL) == 0 &&
+    if ((i->caps & FI_RMA_EVENT) && fi_cntr_open(e->domain, &cntr_attr, &e->rx_cntr, NULL) == 0 &&
         fi_ep_bind(e->ep, &e->rx_cntr->fid, FI_REMOTE_WRITE | FI_REMOTE_READ) != 0) {
         fi_close(&e->rx_cntr->fid);
         e->rx_cntr = NULL;
     }
     if (!e->rx_cntr)
         DION_LOG(DION_LOG_INFO,
-                 "ofi: provider %s has no counter of remote operations: a rank that only "
-                 "receives naps after DION_PROXY_SPIN",
+                 "ofi: provider %s counts no remote operations (FI_RMA_EVENT): a rank that only receives "
+                 "naps after DION_PROXY_SPIN",
                  dion__ofi_prov_name(i));
     step = "fi_enable";
     if ((rc = fi_enable(e->ep))) goto fi_err;
