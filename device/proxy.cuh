@@ -209,10 +209,12 @@ DION_HD dion_status_t dion__proxy_wait_complete(const dion_proxy_ring_dev_t *r, 
 {
     uint64_t seen = 0;
     dion_status_t st = dion__proxy_poll(r, &r->ctl->completed, t + 1, 0, timeout_ns, &seen);
-    if (observed) *observed = seen;
-    if (st == DION_SUCCESS) { /* a failure the consumer found while completing still counts */
+    if (observed) *observed = seen & ~DION_PROXY_COMPLETED_FAILED;
+    /* A failure the consumer found while completing still counts. It publishes it in the same word, so the
+     * common case costs no second read of host memory (one PCIe round trip per quiet on a GPU). */
+    if (st == DION_SUCCESS && (seen & DION_PROXY_COMPLETED_FAILED)) {
         uint64_t f = dion__ld_relaxed(&r->ctl->status, DION_SCOPE_SYS);
-        if (f) st = (dion_status_t)f;
+        st = f ? (dion_status_t)f : DION_ERR_INTERNAL;
     }
     return st;
 }

@@ -91,7 +91,8 @@ typedef struct dion_proxy_ctl {
     uint64_t consumed; /* positions freed for reuse: a producer with ticket t may write once t < consumed +
                           slots */
     uint64_t pad0[7];
-    uint64_t completed; /* positions complete, in ring order: every command with seq <= completed is done */
+    uint64_t completed; /* positions complete, in ring order: every command with seq <= completed is done;
+                           | DION_PROXY_COMPLETED_FAILED once the ring failed */
     uint64_t pad1[7];
     uint64_t status;    /* 0, or the dion_status_t that failed the ring (producers and quiet return it) */
     uint64_t abandoned; /* 1 once a producer gave up on a ticket: the consumer then looks in abandon[] */
@@ -102,6 +103,11 @@ typedef struct dion_proxy_ctl {
 DION__STATIC_ASSERT(sizeof(dion_proxy_ctl_t) % 64 == 0 && offsetof(dion_proxy_ctl_t, completed) == 64 &&
                         offsetof(dion_proxy_ctl_t, status) == 128,
                     "consumed, completed and status sit on separate 64-byte lines");
+
+/* Set in ctl->completed once the ring failed (status says why): a completion wait learns of the failure from
+ * the word it polls and reads status only then, instead of one more read of host memory per wait. Kernels
+ * that read status after every wait stay correct (the value with this bit passes every target). */
+#define DION_PROXY_COMPLETED_FAILED (1ull << 63)
 
 /* Tickets that producers abandoned after the wait timeout (ticket + 1 each), claimed in order with a counter
  * in producer-side memory and never reused: the consumer turns each into a NOP when it reaches it. */

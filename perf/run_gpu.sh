@@ -206,6 +206,12 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
           --label $where
       fi
     done
+    # the default idle back-off (spin 50 us, then naps): a rank that only receives (put_bw, msgrate) must keep
+    # up without DION_PROXY_SPIN=10s now that served peers' operations keep its proxy awake (impl ...-spin50us)
+    CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=shm run proxy_shm_spin_$where 45 "${DR[@]}" $B/perf/dion-perf \
+      --transport proxy --tests signal,put_signal,put_bw,msgrate --sizes 8 --bw-min 1048576 --bw-max 16777216 \
+      --reps 3 --row-seconds 1 --iters 300 --windows host --impl dion-proxy-shm-hostwin-spin50us --csv "$PCSV" \
+      --label $where
   done
   grep -hE "^# impl|^# (ok|FAIL)|^proxy_pickup|^put_signal_pingpong +thread +8 |^put8_msgrate" "$OUT"/proxy_*.log \
     | tee -a "$OUT/steps.log"

@@ -166,6 +166,13 @@ typedef struct dion__engine_ops {
     /* Closes the engine; operations still in flight are dropped without completions. Blocks briefly (the
      * library tears down connections); never waits for peers. Registrations must be released first. */
     void (*close)(dion__engine_t *e);
+
+    /* Optional (NULL where peers' operations need no local CPU: RDMA NICs). 1 when poll served operations of
+     * peers since the last call (incoming writes and atomics give this rank no completion, so poll's count
+     * cannot show them), else 0, also when the engine cannot tell. The proxy stays awake while it says 1: a
+     * rank that only receives must not nap while peers write to it. Does not block; may look only now and
+     * then. */
+    int (*served)(dion__engine_t *e);
 } dion__engine_ops_t;
 
 /* The engines built into libdion, in the order the proxy prefers them. An engine built without its

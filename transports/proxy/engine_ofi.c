@@ -267,6 +267,20 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
     if ((rc = fi_ep_bind(e->ep, &e->av->fid, 0))) goto fi_err;
     step = "fi_ep_bind(cq)";
     if ((rc = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV))) goto fi_err;
+    /* Peers' operations served here give no completion: a counter of them (FI_RMA_EVENT: shm has it, 1.17's
+     * tcp;ofi_rxm not) tells the proxy thread that this rank is a target of traffic, so that it does not nap
+     * then (served). Optional. */
+    struct fi_cntr_attr cntr_attr = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
+    if ((i->caps & FI_RMA_EVENT) && fi_cntr_open(e->domain, &cntr_attr, &e->rx_cntr, NULL) == 0 &&
+        fi_ep_bind(e->ep, &e->rx_cntr->fid, FI_REMOTE_WRITE | FI_REMOTE_READ) != 0) {
+        fi_close(&e->rx_cntr->fid);
+        e->rx_cntr = NULL;
+    }
+    if (!e->rx_cntr)
+        DION_LOG(DION_LOG_INFO,
+                 "ofi: provider %s counts no remote operations (FI_RMA_EVENT): a rank that only receives "
+                 "naps after DION_PROXY_SPIN",
+                 dion__ofi_prov_name(i));
     step = "fi_enable";
     if ((rc = fi_enable(e->ep))) goto fi_err;
 
@@ -357,16 +371,17 @@ static void ofi_close(dion__engine_t *e)
     if (e->ep)
         DION_LOG(DION_LOG_INFO,
                  "ofi: closing; %llu posts (%llu held for order, %llu waited for provider resources, "
-                 "%llu flushes), %llu CQ reads (%llu empty) returned %llu completions",
+                 "%llu flushes, %llu key checks), %llu CQ reads (%llu empty) returned %llu completions",
                  (unsigned long long)e->n_posts, (unsigned long long)e->n_held,
                  (unsigned long long)e->busy_posts, (unsigned long long)e->n_flushes,
-                 (unsigned long long)e->n_cq_reads, (unsigned long long)e->n_cq_empty,
-                 (unsigned long long)e->n_cqes);
+                 (unsigned long long)e->n_keychecks, (unsigned long long)e->n_cq_reads,
+                 (unsigned long long)e->n_cq_empty, (unsigned long long)e->n_cqes);
     /* bound objects before what they are bound to: MRs (FI_MR_ENDPOINT) before the endpoint, the endpoint
      * before its queues and address vector */
     if (e->ops_mr.mr) fi_close(&e->ops_mr.mr->fid);
     if (e->fword_mr.mr) fi_close(&e->fword_mr.mr->fid);
     if (e->ep) fi_close(&e->ep->fid);
+    if (e->rx_cntr) fi_close(&e->rx_cntr->fid);
     if (e->cq) fi_close(&e->cq->fid);
     if (e->av) fi_close(&e->av->fid);
     if (e->domain) fi_close(&e->domain->fid);
@@ -376,6 +391,8 @@ static void ofi_close(dion__engine_t *e)
     free(e->peers);
     free(e->ready);
     free(e->want);
+    free(e->vks);
+    free(e->vhash);
     free(e->fword);
     free(e);
 }
@@ -519,6 +536,7 @@ const dion__engine_ops_t dion__engine_ofi = {
     .poll = dion__ofi_poll,
     .pending = dion__ofi_pending,
     .close = ofi_close,
+    .served = dion__ofi_served,
 };
 
 #else /* built without <rdma/fabric.h>: the engine exists and says why it cannot open */

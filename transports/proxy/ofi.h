@@ -40,8 +40,24 @@ typedef struct {
     uint32_t next;        /* free list, the peer's queue or its list of SENT writes */
     uint8_t state, kind, amo, cls, ordered;
     uint8_t flushed;  /* a write posted without FI_DELIVERY_COMPLETE: a later fetch confirms it */
-    uint8_t internal; /* the engine's own flush: no completion for the caller */
+    uint8_t internal; /* the engine's own flush or key check: no completion for the caller */
+    uint32_t vk;      /* flushed write: its (peer, key) entry (vkey_t) while the key is unchecked for klen
+                         bytes, else OFI_NONE; key check (internal): the entry it checks */
+    uint64_t klen;    /* the region size the write's remote key was given with, or the size checked */
 } op_t;
+
+/* Flush mode: a (peer, remote key) pair that writes used. shm drops a write it refuses (unknown key, beyond
+ * the region) at the target and tells nobody, and a fetch after it still succeeds; so the first write with a
+ * key is followed by a 1-byte read of the region's last byte with that key, and writes with it count as
+ * delivered only once that read came back (docs/backends/proxy.md, "shm"). */
+typedef struct {
+    uint64_t key;
+    uint64_t ok_len;      /* the check of this many bytes (from the region's start) came back */
+    uint64_t chk_len;     /* the longest check posted */
+    uint64_t bad_len;     /* a check of this many bytes failed (UINT64_MAX: none) */
+    dion_status_t status; /* the failed check's status */
+    int peer;
+} vkey_t;
 
 typedef struct {
     fi_addr_t addr;
@@ -101,10 +117,15 @@ struct dion__engine {
     struct dion__engine_mr fword_mr;
     uint32_t *ready, rhead, rtail; /* ops whose completion is decided, returned by the next poll */
     int *want, nwant;              /* peers whose SENT writes need a flush */
-    uint64_t n_flushes;
+    uint64_t n_flushes, n_keychecks;
+    struct fid_cntr *rx_cntr; /* peers' writes, reads and atomics served here (FI_REMOTE_WRITE|READ) */
+    uint64_t rx_seen, rx_next_ns;
+    vkey_t *vks; /* flush mode: checked (peer, key) pairs, append-only */
+    uint32_t nvk, capvk;
+    uint32_t *vhash, vhcap; /* open addressing: index + 1 into vks, 0 empty */
     int queued_peers;
     op_t *ops;
-    uint32_t nops, free_head, inflight_total;
+    uint32_t nops, free_head, inflight_total, queued_total; /* totals over the peers: pending(-1) */
     struct dion__engine_mr ops_mr;
 };
 
@@ -124,6 +145,7 @@ dion_status_t dion__ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t o
                                const dion__engine_rkey_t *rk, uint64_t roff, uint64_t operand,
                                uint64_t compare, uint32_t flags, uint64_t cookie);
 int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max);
+int dion__ofi_served(dion__engine_t *e);
 uint32_t dion__ofi_pending(dion__engine_t *e, int peer);
 
 #endif

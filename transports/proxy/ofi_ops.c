@@ -24,6 +24,8 @@ static op_t *op_alloc(dion__engine_t *e)
     memset(&o->ctx, 0, sizeof o->ctx);
     o->next = OFI_NONE;
     o->internal = o->flushed = 0;
+    o->vk = OFI_NONE;
+    o->klen = 0;
     return o;
 }
 
@@ -136,6 +138,7 @@ static void enqueue(dion__engine_t *e, op_t *o)
     }
     p->qtail = idx;
     p->queued++;
+    e->queued_total++;
 }
 
 static dion_status_t post(dion__engine_t *e, op_t *o)
@@ -163,6 +166,65 @@ static dion_status_t post(dion__engine_t *e, op_t *o)
 
 /* ---- flush mode: writes confirmed by a later fetch (ofi.h) ---- */
 
+/* Whether a write held for its key is decided: 1 accepted, -1 refused, 0 not yet known. */
+static int vk_verdict(const dion__engine_t *e, const op_t *w)
+{
+    if (w->vk == OFI_NONE) return 1;
+    const vkey_t *k = &e->vks[w->vk];
+    if (k->bad_len <= w->klen) return -1;
+    return k->ok_len >= w->klen ? 1 : 0;
+}
+
+static uint32_t vk_hash(int peer, uint64_t key, uint32_t cap)
+{
+    uint64_t x = key ^ ((uint64_t)(uint32_t)peer * 0x9e3779b97f4a7c15ull);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    return (uint32_t)x & (cap - 1u);
+}
+
+/* The entry of (peer, key), created when missing; OFI_NONE when out of memory (sentence set). */
+static uint32_t vk_entry(dion__engine_t *e, int peer, uint64_t key)
+{
+    if (e->vhcap) {
+        for (uint32_t h = vk_hash(peer, key, e->vhcap);; h = (h + 1u) & (e->vhcap - 1u)) {
+            uint32_t i = e->vhash[h];
+            if (!i) break;
+            if (e->vks[i - 1].key == key && e->vks[i - 1].peer == peer) return i - 1;
+        }
+    }
+    if (e->nvk == e->capvk) {
+        uint32_t cap = e->capvk ? e->capvk * 2u : 16u;
+        vkey_t *v = realloc(e->vks, cap * sizeof *v);
+        if (!v) goto oom;
+        e->vks = v;
+        e->capvk = cap;
+    }
+    if ((e->nvk + 1u) * 2u > e->vhcap) { /* rehash at half full */
+        uint32_t cap = e->vhcap ? e->vhcap * 2u : 64u;
+        uint32_t *t = calloc(cap, sizeof *t);
+        if (!t) goto oom;
+        for (uint32_t i = 0; i < e->nvk; i++) {
+            uint32_t h = vk_hash(e->vks[i].peer, e->vks[i].key, cap);
+            while (t[h]) h = (h + 1u) & (cap - 1u);
+            t[h] = i + 1;
+        }
+        free(e->vhash);
+        e->vhash = t;
+        e->vhcap = cap;
+    }
+    uint32_t idx = e->nvk++;
+    e->vks[idx] = (vkey_t){.key = key, .bad_len = UINT64_MAX, .peer = peer};
+    uint32_t h = vk_hash(peer, key, e->vhcap);
+    while (e->vhash[h]) h = (h + 1u) & (e->vhcap - 1u);
+    e->vhash[h] = idx + 1;
+    return idx;
+oom:
+    dion__error_set(DION_ERR_NO_MEMORY, "ofi: out of memory for the remote keys checked in flush mode");
+    return OFI_NONE;
+}
+
 static void ready_push(dion__engine_t *e, op_t *o, dion_status_t st)
 {
     o->state = OP_READY;
@@ -182,7 +244,11 @@ static void settle(dion__engine_t *e, peer_t *p, uint64_t below, dion_status_t s
     p->smax = 0;
     while (*link != OFI_NONE) {
         op_t *w = &e->ops[*link];
-        if (w->seq < below) {
+        int v = vk_verdict(e, w);
+        if (v < 0) { /* its key was refused: status and sentence from the check (ready_emit) */
+            *link = w->next;
+            ready_push(e, w, e->vks[w->vk].status);
+        } else if (st == DION_SUCCESS ? w->seq < p->delivered && v > 0 : w->seq < below) {
             *link = w->next;
             ready_push(e, w, st);
         } else {
@@ -210,7 +276,8 @@ static void flush_wanted(dion__engine_t *e)
     for (int i = 0; i < e->nwant; i++) {
         int r = e->want[i];
         peer_t *p = &e->peers[r];
-        if (p->shead == OFI_NONE || p->smax < p->cover) { /* nothing left, or a later fetch covers them */
+        /* nothing left, a later fetch covers them, or they wait for a key check only */
+        if (p->shead == OFI_NONE || p->smax < p->cover || p->smax < p->delivered) {
             p->wanted = 0;
             continue;
         }
@@ -244,6 +311,33 @@ static void flush_wanted(dion__engine_t *e)
     e->nwant = k;
 }
 
+/* A key check failed (error completion, timeout, refused post): writes that relied on it fail with st. */
+static void vk_fail(dion__engine_t *e, uint32_t idx, uint64_t len, dion_status_t st)
+{
+    vkey_t *k = &e->vks[idx];
+    if (len < k->bad_len) {
+        k->bad_len = len;
+        k->status = st;
+    }
+    DION_LOG(DION_LOG_WARN,
+             "ofi: rank %d did not confirm remote key %#llx for %llu bytes (%s): writes with it are reported "
+             "failed",
+             k->peer, (unsigned long long)k->key, (unsigned long long)len, dion_status_string(st));
+    settle(e, &e->peers[k->peer], 0, st);
+}
+
+/* The end of an internal operation (a flush or a key check) that completed with st. */
+static void internal_done(dion__engine_t *e, op_t *o, dion_status_t st)
+{
+    peer_t *p = &e->peers[o->peer];
+    if (o->vk == OFI_NONE) { /* a flush */
+        p->flushing = 0;
+        if (st == DION_SUCCESS && p->shead != OFI_NONE) want_flush(e, o->peer);
+    } else if (st != DION_SUCCESS) {
+        vk_fail(e, o->vk, o->klen, st);
+    }
+}
+
 /* Returns decided completions (flush mode) into out. */
 static void retire(dion__engine_t *e, op_t *o);
 static void ready_emit(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
@@ -257,7 +351,16 @@ static void ready_emit(dion__engine_t *e, dion__engine_cqe_t *out, int max, int 
         c->peer = o->peer;
         c->status = o->status;
         c->why[0] = 0;
-        if (o->status != DION_SUCCESS)
+        if (o->status != DION_SUCCESS && vk_verdict(e, o) < 0)
+            snprintf(c->why, sizeof c->why,
+                     "%s of %zu bytes to rank %d at offset %llu (key %#llx) failed: rank %d did not answer a "
+                     "read of the last byte of that %llu-byte region with that key (%s); shm drops an access "
+                     "it refuses (unknown key, beyond the region) at the target without telling the "
+                     "initiator, so the write was most likely refused there: check that the key and size "
+                     "come from the peer's live registration",
+                     op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, (unsigned long long)o->rkey,
+                     o->peer, (unsigned long long)o->klen, dion_status_string(o->status));
+        else if (o->status != DION_SUCCESS)
             snprintf(
                 c->why, sizeof c->why,
                 "%s of %zu bytes to rank %d at offset %llu: its delivery could not be confirmed (%s): the "
@@ -283,13 +386,14 @@ static int drain(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
             if (rc != 0 && *n >= max) break; /* report it next time */
             p->qhead = o->next;
             p->queued--;
+            e->queued_total--;
             if (p->qhead == OFI_NONE) {
                 p->qtail = OFI_NONE;
                 e->queued_peers--;
             }
-            if (rc != 0 && o->internal) { /* a flush: the writes it was to confirm fail */
+            if (rc != 0 && o->internal) { /* the writes it was to confirm fail */
                 settle(e, p, UINT64_MAX, DION_ERR_NETWORK);
-                p->flushing = 0;
+                internal_done(e, o, DION_ERR_NETWORK);
                 op_free(e, o);
                 continue;
             }
@@ -356,6 +460,61 @@ static op_t *prepare(dion__engine_t *e, int peer, const dion__engine_rkey_t *rk,
     return o;
 }
 
+/* Flush mode: a write whose key is not known to be accepted by its peer for the size it was given with. The
+ * first such write is followed by a check, a 1-byte read of the region's last byte with the key; the write
+ * (and any other with that key meanwhile) counts as delivered only once the check came back. */
+static dion_status_t put_checked(dion__engine_t *e, op_t *o, const dion__engine_rkey_t *rk)
+{
+    uint32_t idx = vk_entry(e, o->peer, rk->key);
+    if (idx == OFI_NONE) {
+        op_free(e, o);
+        return DION_ERR_NO_MEMORY;
+    }
+    vkey_t *k = &e->vks[idx];
+    o->klen = rk->len;
+    if (k->ok_len >= rk->len) return post(e, o); /* checked */
+    if (k->bad_len <= rk->len) {
+        op_free(e, o);
+        return dion__error_set(
+            DION_ERR_REMOTE_ACCESS,
+            "ofi put of %zu bytes to rank %d at offset %llu: rank %d did not confirm remote "
+            "key %#llx for a %llu-byte region earlier (%s); shm drops refused accesses at "
+            "the target, so writes with that key are refused here",
+            o->bytes, o->peer, (unsigned long long)o->roff, o->peer, (unsigned long long)rk->key,
+            (unsigned long long)rk->len, dion_status_string(k->status));
+    }
+    o->vk = idx;
+    if (k->chk_len >= rk->len) return post(e, o); /* a check of this size is on its way */
+    op_t *c = op_alloc(e);
+    if (!c) {
+        op_free(e, o);
+        return DION__ENGINE_BUSY;
+    }
+    dion_status_t s = post(e, o);
+    if (s != DION_SUCCESS) {
+        op_free(e, c);
+        return s;
+    }
+    k->chk_len = rk->len;
+    c->peer = o->peer;
+    c->kind = OP_GET;
+    c->cls = CLS_READ;
+    c->ordered = 0;
+    c->internal = 1;
+    c->vk = idx;
+    c->klen = rk->len;
+    c->cookie = 0;
+    c->raddr = rk->addr + rk->len - 1;
+    c->rkey = rk->key;
+    c->roff = rk->len - 1;
+    c->bytes = 1;
+    c->local = &c->result;
+    c->desc = e->ops_mr.desc;
+    e->n_keychecks++;
+    if (post(e, c) != DION_SUCCESS) vk_fail(e, idx, rk->len, DION_ERR_NETWORK); /* the write fails with it */
+    return DION_SUCCESS;
+}
+
 static dion_status_t rma(dion__engine_t *e, int kind, int peer, dion__engine_mr_t *lmr, void *local,
                          const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes, uint32_t flags,
                          uint64_t cookie)
@@ -379,6 +538,7 @@ static dion_status_t rma(dion__engine_t *e, int kind, int peer, dion__engine_mr_
     o->local = local;
     o->desc = lmr ? lmr->desc : NULL;
     o->cookie = cookie;
+    if (kind == OP_PUT && e->flush && e->peers[peer].fvalid && rk->len) return put_checked(e, o, rk);
     return post(e, o);
 }
 
@@ -483,7 +643,7 @@ static void expire(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
         peer_t *p = &e->peers[o->peer];
         if (covers(e, o)) settle(e, p, o->seq, DION_ERR_TIMEOUT); /* the writes it was to confirm */
         if (o->internal) {
-            p->flushing = 0;
+            internal_done(e, o, DION_ERR_TIMEOUT);
             uncount(e, o);
             o->state = OP_ABANDONED;
             continue;
@@ -546,9 +706,9 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
             }
             if (covers(e, o)) settle(e, &e->peers[o->peer], o->seq, err_status(err.err));
             if (o->internal) {
-                DION_LOG(DION_LOG_WARN, "ofi: a flush to rank %d failed: %s", o->peer,
-                         e->fi->strerror(err.err));
-                e->peers[o->peer].flushing = 0;
+                DION_LOG(DION_LOG_WARN, "ofi: a %s to rank %d failed: %s",
+                         o->vk == OFI_NONE ? "flush" : "key check", o->peer, e->fi->strerror(err.err));
+                internal_done(e, o, err_status(err.err));
                 retire(e, o);
                 continue;
             }
@@ -580,7 +740,11 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
                 continue;
             }
             peer_t *p = &e->peers[o->peer];
-            if (o->flushed && o->seq >= p->delivered) { /* transmitted: wait for a later fetch */
+            if (o->flushed && vk_verdict(e, o) < 0) { /* its key was refused meanwhile */
+                ready_push(e, o, e->vks[o->vk].status);
+                continue;
+            }
+            if (o->flushed && (o->seq >= p->delivered || !vk_verdict(e, o))) { /* wait for a fetch, a check */
                 o->state = OP_SENT;
                 o->next = p->shead;
                 p->shead = (uint32_t)(o - e->ops);
@@ -588,10 +752,11 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
                 want_flush(e, o->peer);
                 continue;
             }
+            if (o->internal && o->vk != OFI_NONE && o->klen > e->vks[o->vk].ok_len)
+                e->vks[o->vk].ok_len = o->klen; /* a key check came back: before settle releases writes */
             if (covers(e, o)) settle(e, p, o->seq, DION_SUCCESS);
             if (o->internal) {
-                p->flushing = 0;
-                if (p->shead != OFI_NONE) want_flush(e, o->peer);
+                internal_done(e, o, DION_SUCCESS);
                 retire(e, o);
                 continue;
             }
@@ -615,11 +780,23 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
     return n;
 }
 
+/* The remote-operation counter, read at most every 4 us: fi_cntr_read runs the provider's progress again, and
+ * the proxy's spin before napping is ten times longer. */
+int dion__ofi_served(dion__engine_t *e)
+{
+    if (!e->rx_cntr) return 0;
+    uint64_t now = dion__now_ns();
+    if (now < e->rx_next_ns) return 0;
+    e->rx_next_ns = now + 4000;
+    uint64_t v = fi_cntr_read(e->rx_cntr);
+    if (v == e->rx_seen) return 0;
+    e->rx_seen = v;
+    return 1;
+}
+
 uint32_t dion__ofi_pending(dion__engine_t *e, int peer)
 {
     if (!e->peers) return 0;
     if (peer >= 0 && peer < e->nranks) return e->peers[peer].inflight + e->peers[peer].queued;
-    uint32_t used = 0;
-    for (int r = 0; r < e->nranks; r++) used += e->peers[r].inflight + e->peers[r].queued;
-    return used;
+    return e->inflight_total + e->queued_total; /* the glue asks once per batch: no walk over the peers */
 }

@@ -97,10 +97,12 @@ void dion__proxy_ring_destroy(dion__proxy_ring_t *r)
 void dion__proxy_ring_fail(dion__proxy_ring_t *r, dion_status_t s, const char *why)
 {
     if (r->failed) return;
-    r->failed = 1;
     uint64_t expected = 0; /* keep a status a producer wrote first */
     __atomic_compare_exchange_n(&r->ctl->status, &expected, (uint64_t)s, 0, __ATOMIC_RELEASE,
                                 __ATOMIC_RELAXED);
+    /* after status: a publish that sees failed sets DION_PROXY_COMPLETED_FAILED, and a waiter that sees that
+     * bit reads status */
+    __atomic_store_n(&r->failed, 1, __ATOMIC_RELEASE);
     DION_LOG(DION_LOG_ERROR, "proxy ring of context %u failed at position %llu (%s): %s", r->ctx,
              (unsigned long long)r->next, dion_status_string(s), why);
 }
@@ -207,10 +209,13 @@ void dion__proxy_ring_complete(dion__proxy_ring_t *r, uint64_t upto)
 
 void dion__proxy_ring_publish(dion__proxy_ring_t *r)
 {
-    if (r->completed == r->completed_pub) return;
-    r->completed_pub = r->completed;
+    /* a failed ring says so in the word its waiters poll (status is written before: ring_fail) */
+    uint64_t v =
+        r->completed | (__atomic_load_n(&r->failed, __ATOMIC_ACQUIRE) ? DION_PROXY_COMPLETED_FAILED : 0);
+    if (v == r->completed_pub) return;
+    r->completed_pub = v;
     /* release: effects the engine made visible (GET data, results) come before the count */
-    __atomic_store_n(&r->ctl->completed, r->completed, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->ctl->completed, v, __ATOMIC_RELEASE);
 }
 
 void dion__proxy_ring_count(dion__proxy_ring_t *r, uint32_t id)

@@ -99,13 +99,18 @@ static void *dion__proxy_thread_main(void *p)
             DION_LOG(DION_LOG_INFO, "proxy thread %u not pinned: %s", t->index, strerror(e));
     }
     uint64_t idle_since = 0, nap = 0;
+    int fresh = 0, fresh_busy = 0; /* the previous pass ended with a progress call, and what it said */
     while (!__atomic_load_n(&o->stop, __ATOMIC_ACQUIRE)) {
         int busy = 0;
-        if (o->exec.progress) busy |= o->exec.progress(o->exec.arg, t->index);
+        /* Progress, unless the previous pass just did: back to back it finds nothing new, and a command
+         * that arrives meanwhile waits for it (the pickup latency). */
+        if (o->exec.progress) busy |= fresh ? fresh_busy : o->exec.progress(o->exec.arg, t->index);
+        fresh = 0;
         for (uint32_t i = 0; i < t->nrings; i++) busy |= dion__proxy_drain(t, t->rings[i]);
         if (busy && o->exec.progress) { /* completions of what was just issued; saves a pass */
-            o->exec.progress(o->exec.arg, t->index);
+            fresh_busy = o->exec.progress(o->exec.arg, t->index);
             for (uint32_t i = 0; i < t->nrings; i++) dion__proxy_ring_publish(t->rings[i]);
+            fresh = 1;
         }
         DION__STAT_ADD(t->stats.passes, 1);
         if (busy) {
