@@ -90,14 +90,23 @@ DION_HD void dion__gdaki_st32(uint32_t *p, uint32_t v, uint32_t scope)
 #endif
 }
 
+/* One atomic maximum; on the GPU the lanes of a warp that all raise last_wqe (every lane marks for itself)
+ * take one instruction, where a CAS loop would take up to 32 rounds. */
 DION_HD void dion__gdaki_atom_max(uint64_t *p, uint64_t v, uint32_t scope)
 {
+#if DION__GPU
+    if (scope == DION_SCOPE_GPU)
+        asm volatile("red.relaxed.gpu.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    else
+        asm volatile("red.relaxed.sys.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#else
     uint64_t cur = dion__ld_relaxed(p, scope);
     while (cur < v) {
         uint64_t seen = dion__atom_cas(p, cur, v, scope);
         if (seen == cur) break;
         cur = seen;
     }
+#endif
 }
 
 /* Scope of the queue memory the NIC reads and writes; the counters stay in the posting threads' memory. */
