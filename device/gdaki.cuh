@@ -8,21 +8,23 @@
  *  2. every lane waits until the NIC has completed what used its own slots one lap ago (polling the CQ) and
  *     a fetched value there was read;
  *  3. every lane builds its own WQEs in parallel;
- *  4. every lane fences (its WQE bytes reach the NIC's memory first) and marks its own WQEs written; then
+ *  4. every lane fences (its WQE bytes reach the NIC's memory first) and marks its own WQEs written (when
+ *     the whole reservation is seen together after writing, its first lane marks for all of it); then
  *     whoever takes the QP's doorbell lock (a try-lock: nobody waits for it) publishes every written lane's
  *     WQEs that follow ready_head, in reservation order: one doorbell record, one doorbell, ready_head moved
  *     on. After unlocking it looks once more, so WQEs marked while the lock was held are never left behind.
  * No thread ever waits for another thread, nor relies on another lane's wait: on the GPU, lanes of one warp
  * that reserve apart (divergence) would otherwise wait on each other, and a lane that leaves a wait to its
  * group's leader was seen to run ahead of it (issue 9; dion__gdaki_post_resv says what happened). After the
- * reservation nothing synchronizes the lanes of a warp, so how the scheduler interleaves them does not
- * matter. Completions are selective: a WQE asks for a CQE only when its caller waits for it (get, fetching
- * atomics, quiet's NOP) or when it covers a multiple of a quarter ring (so that slot reuse never waits on a
- * WQE that nobody will report). The CQ is collapsed: the NIC writes every CQE to entry 0, and the WQE index
- * there is the completion watermark. dion_fence sets the NIC's fence flag on the next WQE of each QP of the
- * context; quiet polls the CQ (posting a signaled NOP when the latest WQE asked for no CQE). An error CQE
- * latches the QP's error (status and decoded syndrome); every later wait returns it and the caller writes an
- * error record naming the QP, the peer and the syndrome. Every wait has the handle's timeout. */
+ * reservation lanes synchronize only when all of them are seen together with nothing left to wait for, so
+ * how the scheduler interleaves them does not matter. Completions are selective: a WQE asks for a CQE only
+ * when its caller waits for it (get, fetching atomics, quiet's NOP) or when it covers a multiple of a quarter
+ * ring (so that slot reuse never waits on a WQE that nobody will report). The CQ is collapsed: the NIC writes
+ * every CQE to entry 0, and the WQE index there is the completion watermark. dion_fence sets the NIC's fence
+ * flag on the next WQE of each QP of the context; quiet polls the CQ (posting a signaled NOP when the latest
+ * WQE asked for no CQE). An error CQE latches the QP's error (status and decoded syndrome); every later wait
+ * returns it and the caller writes an error record naming the QP, the peer and the syndrome. Every wait has
+ * the handle's timeout. */
 #ifndef DION_DEVICE_GDAKI_CUH
 #define DION_DEVICE_GDAKI_CUH
 
@@ -344,7 +346,8 @@ DION_HD void dion__gdaki_publish(const dion_gdaki_qp_dev_t *q)
  * lane holds a pend word that the leader of the slot's lap (or of its own group) then waits for, while the
  * lane's fetch-add cannot complete before that leader's WQEs are published: a cycle, and posting stopped
  * with WQE 773 reserved and never written. A leader that marks for its whole group could equally publish
- * lanes that have not written yet. Only the reservation's first lane takes the fence flag. */
+ * lanes that have not written yet, unless the whole group is seen together after writing (the fast path
+ * below). Only the reservation's first lane takes the fence flag. */
 DION_HD dion_status_t dion__gdaki_post_resv(const dion_gdaki_qp_dev_t *q, const dion__mlx5_resv_t *r,
                                             const dion__gdaki_wr_t *wr, uint32_t nwr,
                                             const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *start)
@@ -383,7 +386,28 @@ DION_HD dion_status_t dion__gdaki_post_resv(const dion_gdaki_qp_dev_t *q, const 
         pos += ni;
     }
     if (start) *start = last;
-    /* 4. mark this lane's WQEs written, then publish (or leave it to the doorbell lock's holder) */
+        /* 4. mark written, then publish (or leave it to the doorbell lock's holder) */
+#if DION__GPU
+    if (r->group != 1u && __activemask() == r->group) {
+        /* The fast path: the whole reservation executes this together, so every lane has written its WQEs
+         * (nobody is still in a slot wait): one mark and one publication for all, by the first lane. Lanes
+         * that arrive apart (one still waiting for its slot, or lanes of another reservation among them)
+         * see another mask and all take the path below; this test never relies on another lane's wait. */
+        uint32_t lw = (uint32_t)(last + 1u - r->base), ls = sig ? (uint32_t)(sig - r->base) : 0u;
+        lw = __reduce_max_sync(r->group, lw);
+        ls = __reduce_max_sync(r->group, ls);
+        __syncwarp(r->group); /* the lanes' WQE bytes before the first lane's fence and mark */
+        if (r->slot == r->base) {
+            dion__gdaki_atom_max(&st->last_wqe, r->base + lw, DION__GDAKI_SSCOPE);
+            if (ls) dion__gdaki_atom_max(&st->last_sig, r->base + ls, DION__GDAKI_SSCOPE);
+            dion__fence(dion__gdaki_qscope(q)); /* cumulative after the sync */
+            dion__st_release(&q->marks[r->base & q->wq_mask], r->base + r->total, DION__GDAKI_SSCOPE);
+            dion__gdaki_publish(q);
+        }
+        return DION_SUCCESS;
+    }
+#endif
+    /* each lane for itself */
     dion__gdaki_atom_max(&st->last_wqe, last + 1, DION__GDAKI_SSCOPE);
     if (sig) dion__gdaki_atom_max(&st->last_sig, sig, DION__GDAKI_SSCOPE);
     dion__fence(dion__gdaki_qscope(q)); /* this lane's WQE bytes first */
