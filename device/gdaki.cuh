@@ -386,13 +386,13 @@ DION_HD dion_status_t dion__gdaki_post_resv(const dion_gdaki_qp_dev_t *q, const 
         pos += ni;
     }
     if (start) *start = last;
-        /* 4. mark written, then publish (or leave it to the doorbell lock's holder) */
 #if DION__GPU
-    if (r->group != 1u && __activemask() == r->group) {
-        /* The fast path: the whole reservation executes this together, so every lane has written its WQEs
-         * (nobody is still in a slot wait): one mark and one publication for all, by the first lane. Lanes
-         * that arrive apart (one still waiting for its slot, or lanes of another reservation among them)
-         * see another mask and all take the path below; this test never relies on another lane's wait. */
+    if (__activemask() == r->group) {
+        /* 4. mark written, then publish (or leave it to the doorbell lock's holder). The fast path: the whole
+         * reservation executes this together, so every lane has written its WQEs (nobody is still in a slot
+         * wait): one mark and one publication for all, by the first lane. Lanes that arrive apart (one still
+         * waiting for its slot, or lanes of another reservation among them) see another mask and all take the
+         * path below; this test never relies on another lane's wait. */
         uint32_t lw = (uint32_t)(last + 1u - r->base), ls = sig ? (uint32_t)(sig - r->base) : 0u;
         lw = __reduce_max_sync(r->group, lw);
         ls = __reduce_max_sync(r->group, ls);
@@ -407,7 +407,7 @@ DION_HD dion_status_t dion__gdaki_post_resv(const dion_gdaki_qp_dev_t *q, const 
         return DION_SUCCESS;
     }
 #endif
-    /* each lane for itself */
+    /* 4. mark written, then publish (or leave it to the doorbell lock's holder): each lane for itself */
     dion__gdaki_atom_max(&st->last_wqe, last + 1, DION__GDAKI_SSCOPE);
     if (sig) dion__gdaki_atom_max(&st->last_sig, sig, DION__GDAKI_SSCOPE);
     dion__fence(dion__gdaki_qscope(q)); /* this lane's WQE bytes first */
