@@ -5,22 +5,26 @@
  *
  * Posting (one work request or two per calling thread):
  *  1. reserve: the lanes of a warp that call together take their WQEBBs with one atomic (dion__mlx5_reserve);
- *  2. the group's leader waits until the NIC has completed what used those slots one lap ago (polling the
- * CQ);
+ *  2. every lane waits until the NIC has completed what used its own slots one lap ago (polling the CQ) and
+ *     a fetched value there was read;
  *  3. every lane builds its own WQEs in parallel;
- *  4. the leader fences (the group's WQE bytes reach the NIC's memory first) and marks the group written;
- *     then whoever takes the QP's doorbell lock (a try-lock: nobody waits for it) publishes every written
- *     group that follows ready_head, in reservation order: one doorbell record, one doorbell, ready_head
- * moved on. After unlocking it looks once more, so a group marked while the lock was held is never left
- * behind. No thread ever waits for another thread: on the GPU, lanes of one warp that reserve apart
- * (divergence) would otherwise wait on each other, and that depends on how the warp scheduler interleaves
- * them. Completions are selective: a WQE asks for a CQE only when its caller waits for it (get, fetching
- * atomics, quiet's NOP) or when it covers a multiple of a quarter ring (so that slot reuse never waits on a
- * WQE that nobody will report). The CQ is collapsed: the NIC writes every CQE to entry 0, and the WQE index
- * there is the completion watermark. dion_fence sets the NIC's fence flag on the next WQE of each QP of the
- * context; quiet polls the CQ (posting a signaled NOP when the latest WQE asked for no CQE). An error CQE
- * latches the QP's error (status and decoded syndrome); every later wait returns it and the caller writes an
- * error record naming the QP, the peer and the syndrome. Every wait has the handle's timeout. */
+ *  4. every lane fences (its WQE bytes reach the NIC's memory first) and marks its own WQEs written (when
+ *     the whole reservation is seen together after writing, its first lane marks for all of it); then
+ *     whoever takes the QP's doorbell lock (a try-lock: nobody waits for it) publishes every written lane's
+ *     WQEs that follow ready_head, in reservation order: one doorbell record, one doorbell, ready_head moved
+ *     on. After unlocking it looks once more, so WQEs marked while the lock was held are never left behind.
+ * No thread ever waits for another thread, nor relies on another lane's wait: on the GPU, lanes of one warp
+ * that reserve apart (divergence) would otherwise wait on each other, and a lane that leaves a wait to its
+ * group's leader was seen to run ahead of it (issue 9; dion__gdaki_post_resv says what happened). After the
+ * reservation lanes synchronize only when all of them are seen together with nothing left to wait for, so
+ * how the scheduler interleaves them does not matter. Completions are selective: a WQE asks for a CQE only
+ * when its caller waits for it (get, fetching atomics, quiet's NOP) or when it covers a multiple of a quarter
+ * ring (so that slot reuse never waits on a WQE that nobody will report). The CQ is collapsed: the NIC writes
+ * every CQE to entry 0, and the WQE index there is the completion watermark. dion_fence sets the NIC's fence
+ * flag on the next WQE of each QP of the context; quiet polls the CQ (posting a signaled NOP when the latest
+ * WQE asked for no CQE). An error CQE latches the QP's error (status and decoded syndrome); every later wait
+ * returns it and the caller writes an error record naming the QP, the peer and the syndrome. Every wait has
+ * the handle's timeout. */
 #ifndef DION_DEVICE_GDAKI_CUH
 #define DION_DEVICE_GDAKI_CUH
 
@@ -88,14 +92,23 @@ DION_HD void dion__gdaki_st32(uint32_t *p, uint32_t v, uint32_t scope)
 #endif
 }
 
+/* One atomic maximum; on the GPU the lanes of a warp that all raise last_wqe (every lane marks for itself)
+ * take one instruction, where a CAS loop would take up to 32 rounds. */
 DION_HD void dion__gdaki_atom_max(uint64_t *p, uint64_t v, uint32_t scope)
 {
+#if DION__GPU
+    if (scope == DION_SCOPE_GPU)
+        asm volatile("red.relaxed.gpu.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    else
+        asm volatile("red.relaxed.sys.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#else
     uint64_t cur = dion__ld_relaxed(p, scope);
     while (cur < v) {
         uint64_t seen = dion__atom_cas(p, cur, v, scope);
         if (seen == cur) break;
         cur = seen;
     }
+#endif
 }
 
 /* Scope of the queue memory the NIC reads and writes; the counters stay in the posting threads' memory. */
@@ -106,7 +119,7 @@ DION_HD uint32_t dion__gdaki_qscope(const dion_gdaki_qp_dev_t *q)
 
 #define DION__GDAKI_SSCOPE DION_SCOPE_GPU
 
-/* A sequentially consistent fence: the doorbell lock's hand-over needs store-load order (a group's mark
+/* A sequentially consistent fence: the doorbell lock's hand-over needs store-load order (a lane's mark
  * before its try-lock, the holder's unlock before its last look at the marks). */
 DION_HD void dion__gdaki_fence_sc(void)
 {
@@ -287,11 +300,11 @@ DION_HD void dion__gdaki_build(const dion_gdaki_qp_dev_t *q, uint64_t pos, const
 
 /* ---- posting ---- */
 
-/* Publishes every written group that follows ready_head, when the doorbell lock is free (else its holder
+/* Publishes every written lane's WQEs that follow ready_head, when the doorbell lock is free (else its holder
  * does it). The holder writes the doorbell record, then the doorbell (the NIC reads the record first), then
- * moves ready_head; after unlocking it looks again, and goes on while a group is waiting at ready_head. A
- * group marks before it tries the lock, and the holder unlocks before it looks: with the fences between,
- * one of the two sees the other, so no written group stays unpublished. */
+ * moves ready_head; after unlocking it looks again, and goes on while a mark is waiting at ready_head. A
+ * lane marks before it tries the lock, and the holder unlocks before it looks: with the fences between, one
+ * of the two sees the other, so no written WQE stays unpublished. */
 DION_HD void dion__gdaki_publish(const dion_gdaki_qp_dev_t *q)
 {
     dion_gdaki_qp_state_t *st = q->st;
@@ -301,13 +314,13 @@ DION_HD void dion__gdaki_publish(const dion_gdaki_qp_dev_t *q)
         if (dion__atom_cas(&st->db_lock, 0, 1, DION__GDAKI_SSCOPE) != 0) return;
         dion__gdaki_fence_sc();
         uint64_t h = dion__ld_relaxed(&st->ready_head, DION__GDAKI_SSCOPE), e = h;
-        for (;;) { /* at most one lap: a group's mark lies beyond its base */
+        for (;;) { /* at most one lap: a mark lies beyond its position */
             uint64_t m = dion__ld_acquire(&q->marks[e & q->wq_mask], DION__GDAKI_SSCOPE);
             if (m <= e) break;
             e = m;
         }
         if (e != h) {
-            dion__fence(qs); /* the marked groups' WQE bytes (fenced by their leaders) before the record */
+            dion__fence(qs); /* the marked WQEs' bytes (fenced by their writers) before the record */
             dion__gdaki_st32(q->dbrec, dion__mlx5_dbr_sq_value((uint16_t)e), qs);
             dion__fence(qs); /* the record before the doorbell */
             dion__st_release(q->db, dion__mlx5_db_value((uint16_t)e, q->qpn), DION_SCOPE_SYS);
@@ -320,68 +333,97 @@ DION_HD void dion__gdaki_publish(const dion_gdaki_qp_dev_t *q)
     }
 }
 
-/* Posts nwr (1 or 2) work requests of the calling thread, in order; on the GPU the lanes that call together
- * for the same QP share one reservation, one mark and one doorbell. *start gets the 64-bit start of this
- * thread's last WQE (it is complete once cons_idx > *start). A failure to get slots within the timeout fails
- * the QP (the slots could not be filled, so nothing after them may be published). */
-DION_HD dion_status_t dion__gdaki_post(const dion_gdaki_qp_dev_t *q, const dion__gdaki_wr_t *wr, uint32_t nwr,
-                                       const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *start)
+/* Posts nwr (1 or 2) work requests of the calling thread into its reservation r (its WQEBBs [r->slot, r->slot
+ * + the WRs' WQEBBs)), in order. *start gets the 64-bit start of this thread's last WQE (it is complete once
+ * cons_idx > *start). A failure to get the slots within the timeout fails the QP (the slots could not be
+ * filled, so nothing after them may be published).
+ *
+ * Every lane waits for its own slots, writes its own WQEs and marks only them: nothing here depends on
+ * another lane of the reservation (issue 9). Before, the group's leader waited for all the group's slots and
+ * passed its status to the other lanes with a __shfl_sync. On the H200, lanes went on while their leader was
+ * still waiting (gdaki_post_gpu's stall report: fetch-adds at WQEs 1047..1049 posted with their pend words
+ * set while cons_idx was 773, short of the 792 their slots needed, and their leader had not marked). Such a
+ * lane holds a pend word that the leader of the slot's lap (or of its own group) then waits for, while the
+ * lane's fetch-add cannot complete before that leader's WQEs are published: a cycle, and posting stopped
+ * with WQE 773 reserved and never written. A leader that marks for its whole group could equally publish
+ * lanes that have not written yet, unless the whole group is seen together after writing (the fast path
+ * below). Only the reservation's first lane takes the fence flag. */
+DION_HD dion_status_t dion__gdaki_post_resv(const dion_gdaki_qp_dev_t *q, const dion__mlx5_resv_t *r,
+                                            const dion__gdaki_wr_t *wr, uint32_t nwr,
+                                            const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *start)
 {
     dion_gdaki_qp_state_t *st = q->st;
     uint32_t n0 = dion__gdaki_wr_wqebbs(&wr[0]);
-    uint32_t n1 = nwr > 1 ? dion__gdaki_wr_wqebbs(&wr[1]) : 0;
-    dion__mlx5_resv_t r = dion__mlx5_reserve(&st->resv_head, n0 + n1, DION__GDAKI_SSCOPE);
-    uint64_t nwq = (uint64_t)q->wq_mask + 1;
-    int leader = r.slot == r.base;
+    uint32_t n1 = nwr > 1 ? dion__gdaki_wr_wqebbs(&wr[1]) : 0, n = n0 + n1;
+    uint64_t nwq = (uint64_t)q->wq_mask + 1, seen = 0;
     dion_status_t s = DION_SUCCESS;
-    uint64_t seen = 0;
-    /* 2. the slots are free once the WQEs of one lap ago are complete and their fetched values read */
-    if (leader) {
-        uint64_t need = r.base + r.total > nwq ? r.base + r.total - nwq : 0;
-        if (dion__ld_acquire(&st->cons_idx, DION__GDAKI_SSCOPE) < need) /* acquire: pend after it */
-            s = dion__gdaki_wait_cons(q, need, abort_word, timeout_ns, &seen);
-        for (uint64_t p = r.base; need && p < r.base + r.total && s == DION_SUCCESS; p++)
-            s = dion__gdaki_wait_read(q, p, abort_word, timeout_ns);
-        if (s == DION_SUCCESS) s = (dion_status_t)dion__ld_relaxed(&st->err, DION__GDAKI_SSCOPE);
-        if (s != DION_SUCCESS) dion__gdaki_fail(q, s, 0);
+    /* 2. this lane's slots are free once the WQEs of one lap ago are complete and their fetched values read
+     */
+    uint64_t need = r->slot + n > nwq ? r->slot + n - nwq : 0;
+    if (need && dion__ld_acquire(&st->cons_idx, DION__GDAKI_SSCOPE) < need) /* acquire: pend after it */
+        s = dion__gdaki_wait_cons(q, need, abort_word, timeout_ns, &seen);
+    for (uint64_t p = r->slot; need && p < r->slot + n && s == DION_SUCCESS; p++)
+        s = dion__gdaki_wait_read(q, p, abort_word, timeout_ns);
+    if (s == DION_SUCCESS) s = (dion_status_t)dion__ld_relaxed(&st->err, DION__GDAKI_SSCOPE);
+    if (s != DION_SUCCESS) {
+        dion__gdaki_fail(q, s, 0);
+        return s;
     }
     uint8_t fence = 0;
-    if (leader && s == DION_SUCCESS && dion__ld_relaxed(&st->fence, DION__GDAKI_SSCOPE) &&
+    if (r->slot == r->base && dion__ld_relaxed(&st->fence, DION__GDAKI_SSCOPE) &&
         dion__atom_cas(&st->fence, 1, 0, DION__GDAKI_SSCOPE) == 1)
         fence = DION__MLX5_CTRL_FM_FENCE;
-#if DION__GPU
-    uint32_t lead_lane = __ffs(r.group) - 1u;
-    s = (dion_status_t)__shfl_sync(r.group, (int)s, lead_lane);
-#endif
-    if (s != DION_SUCCESS) return s;
     /* 3. build */
-    uint64_t pos = r.slot, last = r.slot, sig = 0;
+    uint64_t pos = r->slot, last = r->slot, sig = 0;
     for (uint32_t i = 0; i < nwr; i++) {
-        uint32_t n = i ? n1 : n0;
-        int cqe = wr[i].cqe || dion__gdaki_flow_cqe(q, pos, n);
+        uint32_t ni = i ? n1 : n0;
+        int cqe = wr[i].cqe || dion__gdaki_flow_cqe(q, pos, ni);
         if (wr[i].result) dion__st_relaxed(&q->pend[pos & q->wq_mask], pos + 1, DION__GDAKI_SSCOPE);
         dion__gdaki_build(q, pos, &wr[i],
-                          (uint8_t)((pos == r.base ? fence : 0) | (cqe ? DION__MLX5_CTRL_CQ_UPDATE : 0)));
+                          (uint8_t)((i == 0 ? fence : 0) | (cqe ? DION__MLX5_CTRL_CQ_UPDATE : 0)));
         if (cqe) sig = pos + 1;
         last = pos;
-        pos += n;
+        pos += ni;
     }
     if (start) *start = last;
-    /* 4. mark the group written, then publish (or leave it to the doorbell lock's holder) */
-    uint64_t last_rel = last - r.base + 1, sig_rel = sig ? sig - r.base : 0;
 #if DION__GPU
-    last_rel = __reduce_max_sync(r.group, (uint32_t)last_rel);
-    sig_rel = __reduce_max_sync(r.group, (uint32_t)sig_rel);
-    __syncwarp(r.group);
-#endif
-    if (leader) {
-        dion__gdaki_atom_max(&st->last_wqe, r.base + last_rel, DION__GDAKI_SSCOPE);
-        if (sig_rel) dion__gdaki_atom_max(&st->last_sig, r.base + sig_rel, DION__GDAKI_SSCOPE);
-        dion__fence(dion__gdaki_qscope(q)); /* the group's WQE bytes (cumulative after the sync) first */
-        dion__st_release(&q->marks[r.base & q->wq_mask], r.base + r.total, DION__GDAKI_SSCOPE);
-        dion__gdaki_publish(q);
+    if (__activemask() == r->group) {
+        /* 4. mark written, then publish (or leave it to the doorbell lock's holder). The fast path: the whole
+         * reservation executes this together, so every lane has written its WQEs (nobody is still in a slot
+         * wait): one mark and one publication for all, by the first lane. Lanes that arrive apart (one still
+         * waiting for its slot, or lanes of another reservation among them) see another mask and all take the
+         * path below; this test never relies on another lane's wait. */
+        uint32_t lw = (uint32_t)(last + 1u - r->base), ls = sig ? (uint32_t)(sig - r->base) : 0u;
+        lw = __reduce_max_sync(r->group, lw);
+        ls = __reduce_max_sync(r->group, ls);
+        __syncwarp(r->group); /* the lanes' WQE bytes before the first lane's fence and mark */
+        if (r->slot == r->base) {
+            dion__gdaki_atom_max(&st->last_wqe, r->base + lw, DION__GDAKI_SSCOPE);
+            if (ls) dion__gdaki_atom_max(&st->last_sig, r->base + ls, DION__GDAKI_SSCOPE);
+            dion__fence(dion__gdaki_qscope(q)); /* cumulative after the sync */
+            dion__st_release(&q->marks[r->base & q->wq_mask], r->base + r->total, DION__GDAKI_SSCOPE);
+            dion__gdaki_publish(q);
+        }
+        return DION_SUCCESS;
     }
+#endif
+    /* 4. mark written, then publish (or leave it to the doorbell lock's holder): each lane for itself */
+    dion__gdaki_atom_max(&st->last_wqe, last + 1, DION__GDAKI_SSCOPE);
+    if (sig) dion__gdaki_atom_max(&st->last_sig, sig, DION__GDAKI_SSCOPE);
+    dion__fence(dion__gdaki_qscope(q)); /* this lane's WQE bytes first */
+    dion__st_release(&q->marks[r->slot & q->wq_mask], r->slot + n, DION__GDAKI_SSCOPE);
+    dion__gdaki_publish(q);
     return DION_SUCCESS;
+}
+
+/* Posts nwr (1 or 2) work requests of the calling thread, in order (dion__gdaki_post_resv); on the GPU the
+ * lanes that call together for the same QP share one reservation (one atomic) and usually one doorbell. */
+DION_HD dion_status_t dion__gdaki_post(const dion_gdaki_qp_dev_t *q, const dion__gdaki_wr_t *wr, uint32_t nwr,
+                                       const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *start)
+{
+    uint32_t n = dion__gdaki_wr_wqebbs(&wr[0]) + (nwr > 1 ? dion__gdaki_wr_wqebbs(&wr[1]) : 0);
+    dion__mlx5_resv_t r = dion__mlx5_reserve(&q->st->resv_head, n, DION__GDAKI_SSCOPE);
+    return dion__gdaki_post_resv(q, &r, wr, nwr, abort_word, timeout_ns, start);
 }
 
 /* Everything posted to q before this call is complete (a signaled NOP closes the batch when the latest WQE

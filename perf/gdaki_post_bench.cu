@@ -24,12 +24,15 @@
  *   gdaki_post_bench [--tests inline,write,proxy] [--scopes 1warp,allsm] [--per N] [--reps N] [--blocks N]
  *                    [--consumers N] [--check cheap|full] [--cpu] [--csv FILE] [--label L]
  *                    [--inject skip|dup|badid]   (a broken work request that the checks must catch)
+ *                    [--inject stall] [--limit S] (the consumer stops serving QP 0 in the last launch: the
+ *                    watchdog must end the run after S seconds, default 60, naming the QP and its counters)
  * Rows: impl dion-gdaki-post (tests post_write_inline_*, post_write_*) and dion-proxy-post (post_cmd_*),
  * group warp, bytes 8, metrics Mposts_median / Mposts_best (posts per second over all blocks, 1e6), blocks,
  * and entries_verified (work requests the consumer checked in that row's launches, warm-up included). */
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <string>
@@ -55,7 +58,7 @@ extern "C" {
 #define QPN0  0x100u
 
 enum { K_INLINE = 0, K_WRITE, K_PROXY };
-enum { INJ_NONE = 0, INJ_SKIP, INJ_DUP, INJ_BADID };
+enum { INJ_NONE = 0, INJ_SKIP, INJ_DUP, INJ_BADID, INJ_STALL };
 
 typedef struct {
     const dion_gdaki_qp_dev_t *qps;     /* [blocks] */
@@ -72,7 +75,7 @@ static __host__ __device__ uint32_t post_times(const post_args_t *a, uint32_t b,
                                                uint64_t *id)
 {
     *id = a->base + (uint64_t)i * LANES + lane;
-    if (a->inject == INJ_NONE || b != 0 || lane != 7 || i != 1) return 1;
+    if (a->inject == INJ_NONE || a->inject == INJ_STALL || b != 0 || lane != 7 || i != 1) return 1;
     if (a->inject == INJ_BADID) *id += LANES;
     return a->inject == INJ_SKIP ? 0 : a->inject == INJ_DUP ? 2 : 1;
 }
@@ -137,6 +140,7 @@ static void post_cpu_entry(void *p)
 typedef struct {
     const char *tests = "inline,write,proxy", *scopes = "1warp,allsm", *check = "cheap";
     uint32_t inject = INJ_NONE;
+    double limit_s = 60; /* a launch running longer is reported as hung and ends the program */
     int per = -1, reps = -1, blocks = -1, consumers = 1, cpu = 0;
     bench_opts_t row; /* csv and label for bench_row */
 } opts_t;
@@ -151,7 +155,9 @@ static void usage(const char *argv0)
         "          [--consumers N] [--check cheap|full] [--cpu] [--csv FILE] [--label L]\n"
         "          [--inject skip|dup|badid]   (block 0's lane 7 skips, repeats or mislabels its second "
         "work\n"
-        "                                       request in the last launch: the run must fail)\n",
+        "                                       request in the last launch: the run must fail)\n"
+        "          [--inject stall] [--limit S]  (the consumer leaves QP 0 alone in the last launch: the\n"
+        "                                       watchdog must end the run after S s, default 60)\n",
         argv0);
     exit(2);
 }
@@ -184,6 +190,10 @@ static void parse(int argc, char **argv)
             O.consumers = atoi(v);
         else if (!strcmp(a, "--inject") && (!strcmp(v, "skip") || !strcmp(v, "dup") || !strcmp(v, "badid")))
             O.inject = !strcmp(v, "skip") ? INJ_SKIP : !strcmp(v, "dup") ? INJ_DUP : INJ_BADID;
+        else if (!strcmp(a, "--inject") && !strcmp(v, "stall"))
+            O.inject = INJ_STALL;
+        else if (!strcmp(a, "--limit"))
+            O.limit_s = atof(v);
         else if (!strcmp(a, "--csv"))
             O.row.csv = v;
         else if (!strcmp(a, "--label"))
@@ -193,8 +203,9 @@ static void parse(int argc, char **argv)
     }
     if (O.per < 0) O.per = O.cpu ? 16 : 4096;
     if (O.reps < 0) O.reps = O.cpu ? 3 : 5;
-    if (O.per < 1 || O.reps < 2 || O.consumers < 1 || O.consumers > 64) {
-        fprintf(stderr, "--per >= 1, --reps >= 2 (the first launch warms up), --consumers in [1, 64]\n");
+    if (O.per < 1 || O.reps < 2 || O.consumers < 1 || O.consumers > 64 || !(O.limit_s > 0)) {
+        fprintf(stderr,
+                "--per >= 1, --reps >= 2 (the first launch warms up), --consumers in [1, 64], --limit > 0\n");
         exit(2);
     }
 }
@@ -453,6 +464,8 @@ static int model_pass(mqp_t *q, uint32_t kind, int full)
     return 1;
 }
 
+static int stall_qp0; /* --inject stall: set before the last launch; the consumer then leaves QP 0 alone */
+
 static cpu_set_t gpu_cpus; /* the GPU's NUMA node's CPUs, where the proxy threads run too */
 static int gpu_ncpus;
 
@@ -464,7 +477,8 @@ static void *model_main(void *p)
     while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
         int busy = 0;
         for (uint32_t i = m->index; i < m->nqps; i += m->nthreads)
-            busy |= model_pass(&m->qps[i], m->kind, m->full);
+            if (i || !__atomic_load_n(&stall_qp0, __ATOMIC_RELAXED))
+                busy |= model_pass(&m->qps[i], m->kind, m->full);
         idle = busy ? 0 : idle + 1;
         if (idle > 256) sched_yield(); /* CPU runs share few cores with the posting threads */
     }
@@ -508,7 +522,22 @@ static dion_status_t check_exec(void *arg, uint32_t thread, dion__proxy_ring_t *
     return DION_SUCCESS;
 }
 
-/* ---- one row: create the queues, run reps launches, verify, print ---- */
+/* ---- the watchdog: no launch may hang the program ----
+ * Every device wait ends after TIMEOUT_NS with an error, so a launch that runs --limit seconds has a wait
+ * that does not end (or a consumer that stopped). A watchdog thread then prints a FAIL line with what the
+ * row's report hook says is stuck (each QP's counters against its consumer; each ring's progress) and ends
+ * the program: a hung kernel cannot be taken back. */
+
+typedef void (*stall_fn)(void *ctx);
+
+static struct {
+    double deadline; /* host_ns at which the running launch counts as hung; 0: none running */
+    const char *what;
+    int rep;
+    stall_fn report;
+    void *ctx;
+} W;
+static pthread_mutex_t W_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static double host_ns(void)
 {
@@ -517,7 +546,51 @@ static double host_ns(void)
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+static void *watchdog_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&W_mu);
+        int fire = W.deadline > 0 && host_ns() > W.deadline;
+        pthread_mutex_unlock(&W_mu);
+        if (!fire) continue;
+        fprintf(stderr,
+                "FAIL %s: launch %d did not end within %.0f s (every device wait times out after %llu s)\n",
+                W.what, W.rep, O.limit_s, (unsigned long long)(TIMEOUT_NS / 1000000000ull));
+        if (W.report) W.report(W.ctx);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(1);
+    }
+    return NULL;
+}
+
+static void watchdog_arm(const char *what, int rep, stall_fn report, void *ctx)
+{
+    pthread_mutex_lock(&W_mu);
+    W.what = what;
+    W.rep = rep;
+    W.report = report;
+    W.ctx = ctx;
+    W.deadline = host_ns() + O.limit_s * 1e9;
+    pthread_mutex_unlock(&W_mu);
+}
+
+static void watchdog_disarm(void)
+{
+    pthread_mutex_lock(&W_mu);
+    W.deadline = 0;
+    pthread_mutex_unlock(&W_mu);
+}
+
+/* ---- one row: create the queues, run reps launches, verify, print ---- */
+
 static uint64_t *errs_dev; /* post_args_t.errs: device memory (host memory in CPU runs) */
+/* GPU runs: the kernels' stream, and a second one on which a stall report copies counters beside them (both
+ * non-blocking: the legacy stream would wait for the kernel) */
+static cudaStream_t run_stream, side_stream;
 
 static void zero_errs(void)
 {
@@ -536,14 +609,16 @@ static double launch(const post_args_t *a, uint32_t blocks)
         }
         return (host_ns() - t0) / 1e6;
     }
+    /* the setup's copies and memsets ran on the legacy stream, which run_stream does not wait for */
+    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     cudaEvent_t e0, e1;
     BENCH_CHECK_CUDA(cudaEventCreate(&e0));
     BENCH_CHECK_CUDA(cudaEventCreate(&e1));
-    BENCH_CHECK_CUDA(cudaEventRecord(e0));
-    post_kernel<<<blocks, LANES>>>(*a);
+    BENCH_CHECK_CUDA(cudaEventRecord(e0, run_stream));
+    post_kernel<<<blocks, LANES, 0, run_stream>>>(*a);
     BENCH_CHECK_LAUNCH("post_kernel");
-    BENCH_CHECK_CUDA(cudaEventRecord(e1));
-    BENCH_CHECK_CUDA(cudaEventSynchronize(e1));
+    BENCH_CHECK_CUDA(cudaEventRecord(e1, run_stream));
+    BENCH_CHECK_CUDA(cudaEventSynchronize(e1)); /* bounded by the watchdog */
     BENCH_CHECK_CUDA(cudaGetLastError());
     float ms = 0;
     BENCH_CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
@@ -554,19 +629,24 @@ static double launch(const post_args_t *a, uint32_t blocks)
 
 /* Launches reps times (ids continue); fills ms (sorted, the first launch left out). 0 when every launch
  * posted and waited without an error. */
-static int run_launches(post_args_t *a, uint32_t blocks, std::vector<double> &ms, const char *what)
+static int run_launches(post_args_t *a, uint32_t blocks, std::vector<double> &ms, const char *what,
+                        stall_fn report, void *ctx)
 {
     ms.clear();
     for (int rep = 0; rep < O.reps; rep++) {
         a->base = (uint64_t)rep * O.per * LANES;
         a->inject = rep == O.reps - 1 ? O.inject : INJ_NONE;
+        __atomic_store_n(&stall_qp0, a->inject == INJ_STALL, __ATOMIC_RELAXED);
+        watchdog_arm(what, rep, report, ctx);
         double t = launch(a, blocks);
+        watchdog_disarm();
         uint64_t e[2];
         to_host(e, errs_dev, sizeof e);
         uint64_t e0 = e[0], e1 = e[1];
         if (e0) {
             fprintf(stderr, "FAIL %s: launch %d: %llu posts or quiets failed, the first with %s\n", what, rep,
                     (unsigned long long)e0, dion_status_string((dion_status_t)e1));
+            if (report) report(ctx);
             return 1;
         }
         if (rep) ms.push_back(t);
@@ -587,6 +667,67 @@ static void print_rows(const char *impl, const char *test, uint32_t blocks, cons
     bench_row(&O.row, impl, test, "warp", 8, "Mposts_best", posts / ms[0] / 1e3);
     bench_row(&O.row, impl, test, "warp", 8, "blocks", blocks);
     bench_row(&O.row, impl, test, "warp", 8, "entries_verified", (double)verified);
+}
+
+/* What a stalled or failed gdaki row reports: each QP's device counters (copied beside the running kernel on
+ * the side stream, bounded) against what its consumer took, for the QPs that are not done. */
+typedef struct {
+    const char *test;
+    mqp_t *m;
+    uint32_t blocks;
+    const char *states;          /* the counter block as device code addresses it */
+    dion_gdaki_qp_state_t *snap; /* [blocks], pinned on a GPU */
+} gstall_t;
+
+static void gdaki_stall_report(void *ctx)
+{
+    gstall_t *g = (gstall_t *)ctx;
+    size_t n = sizeof(dion_gdaki_qp_state_t) * g->blocks;
+    int have = 0;
+    if (O.cpu) {
+        memcpy(g->snap, g->states, n); /* racy reads of live counters: diagnostics only */
+        have = 1;
+    } else if (cudaMemcpyAsync(g->snap, g->states, n, cudaMemcpyDeviceToHost, side_stream) == cudaSuccess) {
+        double t0 = host_ns();
+        cudaError_t e;
+        while ((e = cudaStreamQuery(side_stream)) == cudaErrorNotReady && host_ns() - t0 < 3e9) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        have = e == cudaSuccess;
+    }
+    if (!have) fprintf(stderr, "  %s: the copy of the QPs' counters did not finish\n", g->test);
+    uint32_t shown = 0, stuck = 0;
+    for (uint32_t b = 0; b < g->blocks; b++) {
+        mqp_t *q = &g->m[b];
+        uint64_t pos = __atomic_load_n(&q->pos, __ATOMIC_RELAXED),
+                 pi = __atomic_load_n(&q->pi, __ATOMIC_RELAXED);
+        const dion_gdaki_qp_state_t *st = &g->snap[b];
+        int done = have && !st->err && !q->ord.failed && st->resv_head == pos && st->ready_head == pos &&
+                   st->cons_idx == pos;
+        if (done) continue;
+        stuck++;
+        if (shown++ >= 4) continue;
+        if (have)
+            fprintf(
+                stderr,
+                "  %s: QP 0x%06x: device resv_head %llu ready_head %llu cons_idx %llu last_wqe %llu last_sig "
+                "%llu db_lock %llu err %llu (%s); consumer took %llu WQEBBs up to doorbell pi %llu, %llu "
+                "doorbells, %llu CQEs%s\n",
+                g->test, q->qpn, (unsigned long long)st->resv_head, (unsigned long long)st->ready_head,
+                (unsigned long long)st->cons_idx, (unsigned long long)st->last_wqe,
+                (unsigned long long)st->last_sig, (unsigned long long)st->db_lock,
+                (unsigned long long)st->err, st->err ? dion_status_string((dion_status_t)st->err) : "none",
+                (unsigned long long)pos, (unsigned long long)pi,
+                (unsigned long long)__atomic_load_n(&q->doorbells, __ATOMIC_RELAXED),
+                (unsigned long long)__atomic_load_n(&q->cqes, __ATOMIC_RELAXED),
+                q->ord.failed ? "; it failed (the FAIL line says why)" : "");
+        else
+            fprintf(stderr, "  %s: QP 0x%06x: consumer took %llu WQEBBs up to doorbell pi %llu\n", g->test,
+                    q->qpn, (unsigned long long)pos, (unsigned long long)pi);
+    }
+    fprintf(stderr, "  %s: %u of %u QPs not done%s\n", g->test, stuck, g->blocks,
+            shown > 4 ? " (4 shown)" : "");
 }
 
 static int run_gdaki(uint32_t kind, uint32_t blocks, const char *test)
@@ -643,7 +784,12 @@ static int run_gdaki(uint32_t kind, uint32_t blocks, const char *test)
     zero_errs();
     post_args_t a = {dd, NULL, kind, (uint32_t)O.per, 0, INJ_NONE, errs_dev};
     std::vector<double> ms;
-    int rc = run_launches(&a, blocks, ms, test);
+    gstall_t gs = {test, m.data(), blocks, states, NULL};
+    if (O.cpu)
+        gs.snap = (dion_gdaki_qp_state_t *)malloc(sizeof *gs.snap * blocks);
+    else
+        BENCH_CHECK_CUDA(cudaMallocHost((void **)&gs.snap, sizeof *gs.snap * blocks));
+    int rc = run_launches(&a, blocks, ms, test, gdaki_stall_report, &gs);
     for (uint32_t t = 0; t < nt; t++) __atomic_store_n(&ctl[t].stop, 1, __ATOMIC_RELEASE);
     for (uint32_t t = 0; t < nt; t++) pthread_join(tid[t], NULL);
 
@@ -673,10 +819,36 @@ static int run_gdaki(uint32_t kind, uint32_t blocks, const char *test)
     }
     if (rc == 0) print_rows("dion-gdaki-post", test, blocks, ms, verified, unordered);
     for (uint32_t b = 0; b < blocks; b++) host_free(m[b].block);
+    if (O.cpu)
+        free(gs.snap);
+    else
+        cudaFreeHost(gs.snap);
     host_free(scratch_h);
     dev_free(dd);
     dev_free(states);
     return rc;
+}
+
+/* What a stalled or failed proxy row reports: each ring's progress against its checking consumer. */
+typedef struct {
+    const char *test;
+    std::vector<dion__proxy_ring_t *> *rings;
+    std::vector<order_t> *ord;
+} pstall_t;
+
+static void proxy_stall_report(void *ctx)
+{
+    pstall_t *p = (pstall_t *)ctx;
+    uint32_t shown = 0;
+    for (size_t b = 0; b < p->rings->size() && shown < 4; b++) {
+        dion__proxy_ring_t *r = (*p->rings)[b];
+        order_t *o = &(*p->ord)[b];
+        shown++;
+        fprintf(stderr, "  %s: ring %zu: %llu positions complete, %llu commands checked, failed %d%s\n",
+                p->test, b, (unsigned long long)__atomic_load_n(&r->completed, __ATOMIC_RELAXED),
+                (unsigned long long)__atomic_load_n(&o->seen, __ATOMIC_RELAXED), r->failed,
+                o->failed ? " (the FAIL line says why)" : "");
+    }
 }
 
 static int run_proxy(uint32_t blocks, const char *test)
@@ -705,7 +877,8 @@ static int run_proxy(uint32_t blocks, const char *test)
     zero_errs();
     post_args_t a = {NULL, dd, K_PROXY, (uint32_t)O.per, 0, INJ_NONE, errs_dev};
     std::vector<double> ms;
-    int rc = run_launches(&a, blocks, ms, test);
+    pstall_t ps = {test, &rings, &ord};
+    int rc = run_launches(&a, blocks, ms, test, proxy_stall_report, &ps);
     dion__proxy_threads_stop(th);
     uint64_t verified = 0, unordered = 0;
     for (uint32_t b = 0; b < blocks; b++) {
@@ -733,7 +906,14 @@ static int run_proxy(uint32_t blocks, const char *test)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a run killed from outside still shows what it printed */
     parse(argc, argv);
+    pthread_t wd;
+    if (pthread_create(&wd, NULL, watchdog_main, NULL) != 0) {
+        fprintf(stderr, "FAIL: cannot start the watchdog thread\n");
+        return 1;
+    }
+    pthread_detach(wd);
     int nsm = 2;
     if (!O.cpu) {
         int ndev = 0;
@@ -742,6 +922,8 @@ int main(int argc, char **argv)
             return 77;
         }
         BENCH_CHECK_CUDA(cudaSetDevice(0));
+        BENCH_CHECK_CUDA(cudaStreamCreateWithFlags(&run_stream, cudaStreamNonBlocking));
+        BENCH_CHECK_CUDA(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking));
         cudaDeviceProp prop;
         BENCH_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
         nsm = prop.multiProcessorCount;

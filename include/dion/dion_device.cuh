@@ -244,8 +244,9 @@ DION_HD const dion_gdaki_qp_dev_t *dion__gdaki_qp(const dion_ctx_t *c, int peer)
     return &c->dev.gdaki->qps[(size_t)c->index * (size_t)c->dev.nranks + (size_t)peer];
 }
 
-/* Whether an atomic on peer's window goes through gdaki. On a handle with gdaki peers, this rank's atomics
- * on its own window go through its loopback QP (context, this rank) too: the peers' atomics reach the word
+/* Whether an atomic on peer's window, or a signal to peer, goes through gdaki. On a handle with gdaki peers,
+ * this rank's atomics on its own window and its signals to itself go through its loopback QP (context, this
+ * rank) too: the peers' atomics reach the word
  * through the NIC (the softnic model applies them with CPU atomics), and a GPU atomic on pinned host memory
  * is not atomic with respect to those (it crosses PCIe as a read and a write), so one word must see one
  * kind. As the proxy does (dion__proxy_amo_route). */
@@ -623,6 +624,19 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
     dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
     /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
     dion__group_sync(g);
+#if DION__HAS_GDAKI
+    if (r == 0 && peer == (int)c.dev.rank &&
+        dion__gdaki_amo_route(&c, peer)) { /* to itself: the signal through the loopback QP, after the data */
+        dion__fence(DION_SCOPE_SYS);
+        dion__gdaki_signal(&c, peer, sig, (uint32_t)op & 1u, value, DION_OP_PUT_SIGNAL);
+        if (counter != DION__NO_COUNTER) dion__lcount_add(&c, counter);
+        DION__STAT(&c, puts, 1);
+        DION__STAT(&c, put_bytes, bytes);
+        DION__STAT(&c, signals, 1);
+        DION__TRACE(&c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, DION_SUCCESS);
+        return;
+    }
+#endif
 #if DION__HAS_PROXY
     if (r == 0 &&
         dion__proxy_sig_route(&c, peer)) { /* to itself: the signal through the proxy, after the data */
@@ -740,7 +754,7 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
     }
 #endif
 #if DION__HAS_GDAKI
-    if (dion__is_gdaki(&c, peer)) {
+    if (dion__gdaki_amo_route(&c, peer)) { /* a peer over gdaki, or itself through its loopback QP */
         dion__gdaki_signal(&c, peer, sig, (uint32_t)op, value, DION_OP_SIGNAL);
         return;
     }

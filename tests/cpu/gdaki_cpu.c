@@ -34,7 +34,7 @@ typedef struct {
     dion_dev_t dev;
     dion_dwin_t win;
     int peer, mode, k;
-    dion_status_t quiet1, quiet2;
+    dion_status_t quiet1, quiet2, quiet3;
     uint64_t t_quiet2;
 } job_t;
 
@@ -56,7 +56,9 @@ static void post_bad_wqe(const dion_gdaki_qp_dev_t *q)
 }
 
 /* selfamo: both ranks add to both words 0 (rank 0's) and 8 (rank 1's) of each other's windows and their own,
- * K times each, and one CAS round on the own word 16; the own ones must go through the loopback QP. */
+ * K times each, and one CAS round on the own word 16; then K ADDs to signal 3 of the peer and of itself, and
+ * one put_signal to itself (8 bytes to word 24, ADD 1 to signal 3). The own ones must go through the loopback
+ * QP: the peer's signals reach the same word through the NIC. */
 static void kernel_self(job_t *j)
 {
     dion_ctx_t c = dion_ctx(j->dev, 0);
@@ -74,6 +76,12 @@ static void kernel_self(job_t *j)
         if (old != cur) j->quiet2 = DION_ERR_INTERNAL; /* nobody else swaps word 16: every CAS succeeds */
         cur = cur + 1;
     }
+    for (int i = 0; i < j->k; i++) {
+        dion_signal(c, me, 3, DION_SIG_ADD, 1);
+        dion_signal(c, j->peer, 3, DION_SIG_ADD, 1);
+    }
+    dion_put_signal(c, j->win, me, 24, j->win, WINDOW / 2, 8, 3, DION_SIG_ADD, 1);
+    j->quiet3 = dion_wait(c, 3, DION_CMP_EQ, (uint64_t)(2 * j->k + 1), NULL);
 }
 
 static void kernel(void *p)
@@ -143,7 +151,7 @@ int main(int argc, char **argv)
     for (size_t i = WINDOW / 2; i < WINDOW; i++) mem[i] = (unsigned char)(i * 7 + (size_t)rank * 13 + 1);
     dion_comm_barrier(comm);
 
-    job_t j = {dev, dion_win_device(win), peer, mode, k, DION_SUCCESS, DION_SUCCESS, 0};
+    job_t j = {dev, dion_win_device(win), peer, mode, k, DION_SUCCESS, DION_SUCCESS, DION_SUCCESS, 0};
     if (dion_cpu_launch(1, 1, kernel, &j) != DION_SUCCESS) {
         fprintf(stderr, "FAIL rank %d: launch: %s\n", rank, dion_last_error());
         return 1;
@@ -151,9 +159,17 @@ int main(int argc, char **argv)
     if (mode == 3) {
         const dion_gdaki_qp_dev_t *self = &dev.gdaki->qps[rank];
         CHECK(self->flags & DION_GDAKI_QP_UP, "no loopback QP (context 0, rank %d)", rank);
-        CHECK((self->flags & DION_GDAKI_QP_UP) && self->st->last_wqe >= (uint64_t)(2 * k + 1),
-              "own atomics did not go through the loopback QP (%llu WQEBBs posted there)",
-              (self->flags & DION_GDAKI_QP_UP) ? (unsigned long long)self->st->last_wqe : 0ull);
+        /* 2k+1 atomics, k signals and a put_signal's signal: one WQEBB each */
+        CHECK((self->flags & DION_GDAKI_QP_UP) && self->st->last_wqe >= (uint64_t)(3 * k + 2),
+              "own atomics and signals did not go through the loopback QP (%llu WQEBBs posted there, "
+              "expected %d)",
+              (self->flags & DION_GDAKI_QP_UP) ? (unsigned long long)self->st->last_wqe : 0ull, 3 * k + 2);
+        CHECK(j.quiet3 == DION_SUCCESS, "signal 3 never held %d (own and the peer's ADDs): %s", 2 * k + 1,
+              dion_status_string(j.quiet3));
+        uint64_t w24, src;
+        memcpy(&w24, mem + 24, 8);
+        memcpy(&src, mem + WINDOW / 2, 8);
+        CHECK(w24 == src, "the put_signal to itself did not land its 8 bytes");
         CHECK(j.quiet1 == DION_SUCCESS, "the old values of one thread's own adds did not grow");
         CHECK(j.quiet2 == DION_SUCCESS, "a CAS on the own word that nobody else touches failed");
         dion_comm_barrier(comm);

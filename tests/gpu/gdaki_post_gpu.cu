@@ -10,8 +10,9 @@
  * old value could be read after a WQE one lap later overwrote it. Checks: the kernel ends, no thread saw an
  * error, the NIC found no broken invariant, the host word is threads * ITERS, and the old values are exactly
  * 0 .. threads * ITERS - 1 (each once: none lost, none read twice). Exits 77 without a GPU. When the NIC
- * gets no new WQE for 2 s while the kernel runs, the QP's counters, marks and held pend words are printed
- * (lines "stall:"): which wait holds the posting up.
+ * gets no new WQE for 2 s while the kernel runs, or the kernel is still running after LIMIT_S (then it
+ * fails), the QP's counters, marks and held pend words are printed (lines "stall:"): which wait holds the
+ * posting up.
  * `gdaki_post_gpu turn` runs the same with the publication of before the fix (leaders wait for their turn),
  * to see on a GPU whether that alone stalls or hangs. */
 #include <cuda_runtime.h>
@@ -32,6 +33,7 @@ extern "C" {
 #define THREADS 128u
 #define ITERS   200u
 #define QPN     0x100u
+#define LIMIT_S 20 /* the kernel's bound, well above what posting that works needs */
 
 static int failures;
 #define CHECK(cond, ...)                                                                                     \
@@ -329,6 +331,7 @@ static int cmp_u64(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a run killed by ctest still shows what it printed */
     int turn = argc > 1 && !strcmp(argv[1], "turn"), ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("SKIP: no usable GPU\n");
@@ -402,12 +405,13 @@ int main(int argc, char **argv)
     post_kernel<<<BLOCKS, THREADS, 0, run>>>(q, olds, errors, 10000000000ull, turn, diag);
     cuda_ok(cudaGetLastError(), "launch");
     /* bounded wait: a hang is reported (and the process exits) instead of blocking in a synchronize; when
-     * the NIC gets nothing new for 2 s (the posting timeout is 10 s), the QP's state is reported once */
+     * the NIC gets nothing new for 2 s (the posting timeout is 10 s), or the kernel is still running at the
+     * limit, the QP's state is reported once */
     time_t t0 = time(NULL), moved = t0;
     uint64_t last_exec = 0;
     int reported = 0;
     cudaError_t qe;
-    while ((qe = cudaStreamQuery(run)) == cudaErrorNotReady && time(NULL) - t0 < 90) {
+    while ((qe = cudaStreamQuery(run)) == cudaErrorNotReady && time(NULL) - t0 < LIMIT_S) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
         uint64_t ex = __atomic_load_n(&nic.executed, __ATOMIC_RELAXED);
@@ -418,10 +422,11 @@ int main(int argc, char **argv)
         }
     }
     if (qe == cudaErrorNotReady) {
+        if (!reported) stall_report(ctr, snap, diag, diag_h, &nic, side);
         fprintf(stderr,
-                "FAIL: the kernel did not end within 90 s (NIC executed %llu WQEs, wrote %llu CQEs%s%s): "
-                "threads of a warp are waiting on each other\n",
-                (unsigned long long)__atomic_load_n(&nic.executed, __ATOMIC_RELAXED),
+                "FAIL: the kernel did not end within %d s (NIC executed %llu WQEs, wrote %llu CQEs%s%s): "
+                "posting stalled or crawled (stall: lines above)\n",
+                LIMIT_S, (unsigned long long)__atomic_load_n(&nic.executed, __ATOMIC_RELAXED),
                 (unsigned long long)__atomic_load_n(&nic.cqes, __ATOMIC_RELAXED), nic.error[0] ? "; " : "",
                 nic.error);
         fflush(stderr);

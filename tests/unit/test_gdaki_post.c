@@ -5,7 +5,12 @@
  *  - publish: a group written after a later one, or while another thread holds the doorbell lock, is
  *    published by whoever finishes last, and no thread waits for another to publish;
  *  - pend: the scratch word of a fetching atomic is not reused (a WQE one lap later may not be posted)
- *    before its poster read the old value. */
+ *    before its poster read the old value;
+ *  - lanes (issue 9, on the H200): a lane of a warp's reservation that is not its first waits for its own
+ *    slots and marks only its own WQEs (dion__gdaki_post_resv): it neither writes a slot whose previous lap
+ *    is still outstanding, nor is published by its leader before it wrote. CPU threads reserve one by one, so
+ *    the tests hand out a warp's reservation by hand (test_lanes), and test_groups has threads post both
+ *    lanes of two-slot reservations in random order against a NIC thread. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,14 +205,103 @@ static void test_pend(void)
           dion_status_string(s), (unsigned long long)at);
 }
 
+/* A reservation as the lanes of one warp get it: lane k of a group of total WQEBBs from base. */
+static dion__mlx5_resv_t lane_resv(uint64_t base, uint32_t k, uint32_t total)
+{
+    dion__mlx5_resv_t r;
+    memset(&r, 0, sizeof r);
+    r.slot = base + k;
+    r.base = base;
+    r.total = total;
+    r.last = k + 1 == total;
+    r.group = (1u << total) - 1u;
+    return r;
+}
+
+static dion__gdaki_wr_t fetch_add1(void)
+{
+    dion__gdaki_wr_t fa;
+    memset(&fa, 0, sizeof fa);
+    fa.kind = DION__GDAKI_WR_FETCH_ADD;
+    fa.raddr = 4096;
+    fa.rkey = 9;
+    fa.operand = 1;
+    fa.cqe = 1;
+    fa.result = 1;
+    return fa;
+}
+
+static void test_lanes(void)
+{
+    static qp_t x;
+    qp_init(&x);
+    dion__gdaki_wr_t w = nop(0), fa = fetch_add1();
+    uint64_t at = 0;
+    /* the leader (lane 0) of a group of two writes first: only its own WQE may be published */
+    dion__mlx5_resv_t r0 = lane_resv(0, 0, 2), r1 = lane_resv(0, 1, 2);
+    x.st.resv_head = 2;
+    CHECK(dion__gdaki_post_resv(&x.q, &r0, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS && at == 0,
+          "lane 0");
+    CHECK(x.st.ready_head == 1 && db_pi(&x) == 1,
+          "lane 0 published lane 1's slot before lane 1 wrote it: ready %llu doorbell %u",
+          (unsigned long long)x.st.ready_head, db_pi(&x));
+    CHECK(dion__gdaki_post_resv(&x.q, &r1, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS && at == 1,
+          "lane 1");
+    CHECK(x.st.ready_head == 2 && db_pi(&x) == 2 && x.st.last_wqe == 2,
+          "after lane 1: ready %llu doorbell %u last_wqe %llu", (unsigned long long)x.st.ready_head,
+          db_pi(&x), (unsigned long long)x.st.last_wqe);
+    /* a lane whose slot's previous lap is outstanding waits itself, whatever its leader does: a fetch-add at
+     * 1 (its value unread) and the rest of the lap published, nothing complete; lane 1 of a group at RING
+     * takes slot RING + 1 */
+    qp_init(&x);
+    CHECK(dion__gdaki_post(&x.q, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS, "nop 0");
+    CHECK(dion__gdaki_post(&x.q, &fa, 1, NULL, 1000000000ull, &at) == DION_SUCCESS && at == 1, "fetch-add");
+    for (uint32_t i = 2; i < RING; i++)
+        CHECK(dion__gdaki_post(&x.q, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS, "nop %u", i);
+    uint8_t before[64];
+    memcpy(before, x.sq + 64, 64);
+    x.st.resv_head = RING + 2;
+    r1 = lane_resv(RING, 1, 2);
+    dion_status_t s = dion__gdaki_post_resv(&x.q, &r1, &w, 1, NULL, 20000000ull, &at);
+    CHECK(s == DION_ERR_TIMEOUT,
+          "lane 1 took slot %u while the fetch-add of the lap before was outstanding: %s", RING + 1,
+          dion_status_string(s));
+    CHECK(memcmp(before, x.sq + 64, 64) == 0 && x.pend[1] == 2,
+          "the outstanding fetch-add's WQE or pend word was overwritten (pend %llu)",
+          (unsigned long long)x.pend[1]);
+    /* the same once the lap is complete and the value read: lane 1 goes on without its leader */
+    qp_init(&x);
+    CHECK(dion__gdaki_post(&x.q, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS, "nop 0");
+    CHECK(dion__gdaki_post(&x.q, &fa, 1, NULL, 1000000000ull, &at) == DION_SUCCESS && at == 1, "fetch-add");
+    for (uint32_t i = 2; i < RING; i++)
+        CHECK(dion__gdaki_post(&x.q, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS, "nop %u", i);
+    cqe(&x, RING - 1);
+    uint64_t seen = 0;
+    CHECK(dion__gdaki_wait_cons(&x.q, 2, NULL, 1000000000ull, &seen) == DION_SUCCESS, "wait");
+    (void)dion__gdaki_result(&x.q, 1, 1);
+    x.st.resv_head = RING + 2;
+    r0 = lane_resv(RING, 0, 2);
+    r1 = lane_resv(RING, 1, 2);
+    CHECK(dion__gdaki_post_resv(&x.q, &r1, &fa, 1, NULL, 1000000000ull, &at) == DION_SUCCESS &&
+              at == RING + 1,
+          "lane 1 after the lap");
+    CHECK(x.st.ready_head == RING && x.pend[1] == RING + 2, "lane 1 before its leader: ready %llu pend %llu",
+          (unsigned long long)x.st.ready_head, (unsigned long long)x.pend[1]);
+    CHECK(dion__gdaki_post_resv(&x.q, &r0, &w, 1, NULL, 1000000000ull, &at) == DION_SUCCESS && at == RING,
+          "lane 0 after the lap");
+    CHECK(x.st.ready_head == RING + 2 && db_pi(&x) == (uint16_t)(RING + 2),
+          "the leader, written last, published both: ready %llu", (unsigned long long)x.st.ready_head);
+}
+
 /* threaded */
 #include <pthread.h>
 #include <time.h>
 #include "transports/gdaki/softnic/wqe_check.h"
 
-#define MT_THREADS 16u
-#define MT_ITERS   2000u
-#define MT_RING    RING
+#define MT_THREADS     16u
+#define MT_ITERS       2000u
+#define MT_GROUP_ITERS 300u /* two posts and up to two waits each */
+#define MT_RING        RING
 
 typedef struct {
     qp_t *x;
@@ -265,7 +359,7 @@ static void *mt_nic(void *arg)
 typedef struct {
     qp_t *x;
     uint32_t t;
-    uint64_t *olds;
+    uint64_t *olds; /* [MT_THREADS][MT_ITERS], grouped [MT_THREADS][MT_GROUP_ITERS][2] (~0: a NOP lane) */
     int err;
 } mt_worker_t;
 
@@ -316,27 +410,64 @@ static void *mt_main(void *arg)
     return NULL;
 }
 
+/* Each iteration takes a two-slot reservation (as two lanes of a warp share one) and posts both lanes, in
+ * random order: lane 0 a fetch-add, lane 1 a NOP or a fetch-add. Slots free up only through other threads'
+ * posts and the NIC, so a lane that does not wait for its own slot overwrites an outstanding WQE. */
+static void *mt_group_main(void *arg)
+{
+    mt_worker_t *wk = (mt_worker_t *)arg;
+    const dion_gdaki_qp_dev_t *q = &wk->x->q;
+    for (uint32_t i = 0; i < MT_GROUP_ITERS; i++) {
+        uint32_t h = mt_mix(wk->t * 7919u + i * 104729u + 7u);
+        for (volatile uint32_t s = 0; s < (h & 1023u); s++) {
+        }
+        uint64_t base = dion__atom_add(&q->st->resv_head, 2, DION__GDAKI_SSCOPE), at[2] = {0, 0};
+        dion__gdaki_wr_t w[2] = {fetch_add1(), (h & 0x10000u) ? fetch_add1() : nop(0)};
+        dion_status_t st = DION_SUCCESS;
+        for (uint32_t k = 0; k < 2 && st == DION_SUCCESS; k++) {
+            uint32_t lane = (h & 0x20000u) ? 1 - k : k;
+            dion__mlx5_resv_t r = lane_resv(base, lane, 2);
+            st = dion__gdaki_post_resv(q, &r, &w[lane], 1, NULL, 5000000000ull, &at[lane]);
+        }
+        for (uint32_t lane = 0; lane < 2 && st == DION_SUCCESS; lane++) {
+            if (w[lane].kind != DION__GDAKI_WR_FETCH_ADD) continue;
+            uint64_t seen = 0;
+            st = dion__gdaki_wait_cons(q, at[lane] + 1, NULL, 5000000000ull, &seen);
+            wk->olds[((size_t)wk->t * MT_GROUP_ITERS + i) * 2 + lane] =
+                dion__gdaki_result(q, at[lane], st == DION_SUCCESS);
+        }
+        if (st != DION_SUCCESS) {
+            fprintf(stderr, "thread %u iter %u (slots %llu, %llu): %s\n", wk->t, i, (unsigned long long)base,
+                    (unsigned long long)base + 1, dion_status_string(st));
+            wk->err = 1;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
 static int mt_cmp(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
-static void test_threads(void)
+static void test_threads(int grouped)
 {
     static qp_t x;
     qp_init(&x);
     mt_nic_t nic;
     memset(&nic, 0, sizeof nic);
     nic.x = &x;
-    size_t nops = (size_t)MT_THREADS * MT_ITERS;
-    uint64_t *olds = calloc(nops, 8);
+    size_t slots = (size_t)MT_THREADS * (grouped ? 2 * MT_GROUP_ITERS : MT_ITERS), nops = 0;
+    uint64_t *olds = malloc(slots * 8);
+    memset(olds, 0xff, slots * 8);
     pthread_t nt, th[MT_THREADS];
     mt_worker_t wk[MT_THREADS];
     pthread_create(&nt, NULL, mt_nic, &nic);
     for (uint32_t t = 0; t < MT_THREADS; t++) {
         wk[t] = (mt_worker_t){&x, t, olds, 0};
-        pthread_create(&th[t], NULL, mt_main, &wk[t]);
+        pthread_create(&th[t], NULL, grouped ? mt_group_main : mt_main, &wk[t]);
     }
     int errs = 0;
     for (uint32_t t = 0; t < MT_THREADS; t++) {
@@ -345,12 +476,19 @@ static void test_threads(void)
     }
     __atomic_store_n(&nic.stop, 1, __ATOMIC_RELEASE);
     pthread_join(nt, NULL);
-    CHECK(!nic.error[0], "NIC: %s", nic.error);
+    CHECK(!nic.error[0], "%s: NIC: %s", grouped ? "groups" : "threads", nic.error);
     CHECK(errs == 0, "%d threads failed; NIC executed %llu, %llu CQEs, resv %llu ready %llu cons %llu", errs,
           (unsigned long long)nic.executed, (unsigned long long)nic.cqes, (unsigned long long)x.st.resv_head,
           (unsigned long long)x.st.ready_head, (unsigned long long)x.st.cons_idx);
-    CHECK(nic.word == nops, "word %llu", (unsigned long long)nic.word);
-    qsort(olds, nops, 8, mt_cmp);
+    if (grouped) {
+        qsort(olds, slots, 8, mt_cmp); /* the fetch-adds' old values first, then the ~0 of the NOP lanes */
+        while (nops < slots && olds[nops] != UINT64_MAX) nops++;
+    } else {
+        nops = slots;
+        qsort(olds, nops, 8, mt_cmp);
+    }
+    CHECK(nic.word == nops && nops >= (size_t)MT_THREADS * (grouped ? MT_GROUP_ITERS : MT_ITERS),
+          "word %llu after %zu fetch-adds", (unsigned long long)nic.word, nops);
     size_t bad = 0;
     for (size_t i = 0; i < nops; i++) bad += olds[i] != i;
     CHECK(bad == 0, "%zu bad old values", bad);
@@ -359,10 +497,13 @@ static void test_threads(void)
 
 int main(void)
 {
-    test_threads();
+    test_threads(0);
     test_lift();
     test_publish();
     test_pend();
-    printf("%s: gdaki posting (lift, publish, pend), %d failures\n", failures ? "FAIL" : "PASS", failures);
+    test_lanes();
+    test_threads(1);
+    printf("%s: gdaki posting (lift, publish, pend, lanes, groups), %d failures\n",
+           failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
 }
