@@ -472,7 +472,8 @@ DION_HD dion_ctx_t dion_ctx(dion_dev_t dev, uint32_t index)
  * value, never the context: a pointer to the context handed to a call that is not inlined makes the compiler
  * copy the whole handle onto the stack (DION__PROXY_PATH above says more). */
 #ifndef DION__CHECK_OOL
-#define DION__CHECK_OOL 1 /* a build may set 0 to inline them as before (perf/CMakeLists.txt, p2p_bench_prev) */
+#define DION__CHECK_OOL                                                                                      \
+    1 /* a build may set 0 to inline them as before (perf/CMakeLists.txt, p2p_bench_prev) */
 #endif
 #if defined(__CUDACC__) && DION__CHECK_OOL
 #define DION__CHECK_PATH static __noinline__ __host__ __device__
@@ -505,6 +506,9 @@ DION_HD dion__chk_env_t dion__chk_env(const dion_ctx_t *c)
     return v;
 }
 
+#if DION_DEV_INLINE_PEERS != 8
+#error "dion__chk_ctx copies 8 inline peers"
+#endif
 /* The part of a context that the checks and their records read, rebuilt in the checker's frame; the rest is
  * zero. The peers' inline entries come from the table (the checks read their transport). */
 DION_HD dion_ctx_t dion__chk_ctx(dion__chk_env_t v)
@@ -521,7 +525,19 @@ DION_HD dion_ctx_t dion__chk_ctx(dion__chk_env_t v)
     c.dev.num_contexts = v.num_contexts;
     c.dev.flags = v.flags;
     c.index = v.index;
-    for (int k = 0; k < DION_DEV_INLINE_PEERS && k < v.nranks; k++) c.dev.peer_inline[k] = v.peers[k];
+    /* constant indices: a loop with a variable bound made the compiler keep the whole context in local memory
+     * (1.3 KB of stack in conformance_gpu's dt_cnt_kernel) */
+#define DION__CHK_PEER(k)                                                                                    \
+    if ((k) < v.nranks) c.dev.peer_inline[k] = v.peers[k]
+    DION__CHK_PEER(0);
+    DION__CHK_PEER(1);
+    DION__CHK_PEER(2);
+    DION__CHK_PEER(3);
+    DION__CHK_PEER(4);
+    DION__CHK_PEER(5);
+    DION__CHK_PEER(6);
+    DION__CHK_PEER(7);
+#undef DION__CHK_PEER
     return c;
 }
 
