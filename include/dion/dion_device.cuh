@@ -623,6 +623,12 @@ DION_HD int dion__fast_rma(const dion_ctx_t *c, int peer, dion_dwin_t a, dion_dw
            dion__win_in_slot(&c->dev, a) && dion__win_in_slot(&c->dev, b);
 }
 
+/* The lookups of an RMA call's general copy. Block calls have no fast path: on the H200 (2026-11-30 22:28,
+ * docs/results/2026-11-30-s4-h200) it made put + quiet by a block slower (1 GPU 64 KiB 3.45 us against 2.37)
+ * and left put_signal by a block where it was, so a block keeps the previous selection (inline entries with
+ * table fallbacks, and the table in warps 4 and up: DION__BLOCK_BASES). */
+#define DION__LK_GENERAL(g) ((g) == DION__BLOCK ? DION__LK_ANY : DION__LK_SLOW)
+
 /* ---- put ---- */
 
 /* The p2p part of a put once the call is known to be good: the copy, the group's sync, the counter and the
@@ -651,7 +657,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
 {
     uint32_t r = dion__group_rank(g);
     uint64_t t0 = dion__trace_start(&c);
-    if (dion__fast_rma(&c, peer, dst, src)) {
+    if (g != DION__BLOCK && dion__fast_rma(&c, peer, dst, src)) {
         dion__put_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, counter, t0, DION__LK_INLINE);
         return;
     }
@@ -675,7 +681,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
         return;
     }
 #endif
-    dion__put_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, counter, t0, DION__LK_SLOW);
+    dion__put_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, counter, t0, DION__LK_GENERAL(g));
 }
 
 /** One-sided put of bytes from my part of src to peer's part of dst; one thread. Returns when issued:
@@ -790,7 +796,7 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
 {
     uint32_t r = dion__group_rank(g);
     uint64_t t0 = dion__trace_start(&c);
-    if (dion__fast_rma(&c, peer, dst, src)) {
+    if (g != DION__BLOCK && dion__fast_rma(&c, peer, dst, src)) {
         dion__put_signal_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, sig, op, value, counter, t0,
                              DION__LK_INLINE);
         return;
@@ -817,7 +823,7 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
     }
 #endif
     dion__put_signal_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, sig, op, value, counter, t0,
-                         DION__LK_SLOW);
+                         DION__LK_GENERAL(g));
 }
 
 /** Put, then update peer's signal sig: the peer sees the new value only after the data (always a release,
