@@ -151,6 +151,102 @@ DION_HD uint32_t dion__win_flags(const dion_dev_t *d, dion_dwin_t w)
     return DION__WIN_FLAGS_FAR(w);
 }
 
+/* ---- the fast paths' lookups ----
+ * A predicated table load beside each selection (the fallbacks above) is an ordinary load, which the compiler
+ * may not move across the waits' asm: the selections, and every alignment test and scope choice that depends
+ * on them, then stay inside the caller's loop (docs/results/perf10-notes.md, variants "slot0" and "all").
+ * So put, put_signal and signal first test, in one branch, whether the call's peer, this rank and its windows
+ * all have inline entries in the handle and DION_CHECK is off, and then run a copy of the operation whose
+ * every selection reads the parameter bank alone: nothing there reads memory, so the compiler hoists it out
+ * of loops whose arguments do not change. Any other call takes the general code, which is unchanged. A build
+ * may set DION__FAST_PATHS=0 to compile the general code alone (perf/CMakeLists.txt, p2p_bench_prev). */
+#ifndef DION__FAST_PATHS
+#define DION__FAST_PATHS 1
+#endif
+
+/* Whether w is one of the handle's window slots (GPU code; the fast paths' condition). */
+DION_HD int dion__win_in_slot(const dion_dev_t *d, dion_dwin_t w)
+{
+    return (w == d->win_slot[0].win) | (w == d->win_slot[1].win) | (w == d->win_slot[2].win) |
+           (w == d->win_slot[3].win);
+}
+
+/* rank's base of w, w in a slot and rank below DION_DEV_INLINE_PEERS: the parameter bank alone. */
+DION_HD char *dion__win_base_inl(const dion_dev_t *d, dion_dwin_t w, int rank)
+{
+    uint64_t b = DION__PICK8(d->win_slot[0].base_u, rank, );
+    if (w == d->win_slot[1].win) b = DION__PICK8(d->win_slot[1].base_u, rank, );
+    if (w == d->win_slot[2].win) b = DION__PICK8(d->win_slot[2].base_u, rank, );
+    if (w == d->win_slot[3].win) b = DION__PICK8(d->win_slot[3].base_u, rank, );
+    return (char *)(uintptr_t)b;
+}
+
+DION_HD uint32_t dion__win_flags_inl(const dion_dev_t *d, dion_dwin_t w)
+{
+    uint32_t f = d->win_slot[0].flags;
+    if (w == d->win_slot[1].win) f = d->win_slot[1].flags;
+    if (w == d->win_slot[2].win) f = d->win_slot[2].flags;
+    if (w == d->win_slot[3].win) f = d->win_slot[3].flags;
+    return f;
+}
+
+/* The lookups with the path's choice of source, a constant at every call: DION__LK_ANY, the inline entries
+ * when they have it and the tables otherwise (what the calls without a fast path use); DION__LK_INLINE, the
+ * inline entries alone (the fast paths, whose condition made sure they have it); DION__LK_TABLE, the tables
+ * alone (the general copy of an operation that has a fast path: it runs only under DION_CHECK, whose checks
+ * read the same descriptors, or for peers and windows without inline entries, so it carries no selection
+ * whose registers would compete with the fast copy's). CPU mode always reads the tables. */
+#define DION__LK_ANY    0
+#define DION__LK_INLINE 1
+#define DION__LK_TABLE  2
+
+DION_HD char *dion__win_base_at(const dion_dev_t *d, dion_dwin_t w, int rank, int mode)
+{
+#if DION__GPU
+    if (mode == DION__LK_INLINE) return dion__win_base_inl(d, w, rank);
+    if (mode == DION__LK_TABLE) return DION__WIN_BASE_FAR(w, rank);
+#endif
+    (void)mode;
+    return dion__win_base(d, w, rank);
+}
+
+DION_HD uint32_t dion__win_flags_at(const dion_dev_t *d, dion_dwin_t w, int mode)
+{
+#if DION__GPU
+    if (mode == DION__LK_INLINE) return dion__win_flags_inl(d, w);
+    if (mode == DION__LK_TABLE) return DION__WIN_FLAGS_FAR(w);
+#endif
+    (void)mode;
+    return dion__win_flags(d, w);
+}
+
+DION_HD uint64_t *dion__peer_signals_at(const dion_dev_t *d, int peer, int mode)
+{
+#if DION__GPU
+    if (mode == DION__LK_INLINE) return (uint64_t *)(uintptr_t)DION__PICK8(d->peer_inline, peer, .signals_u);
+    if (mode == DION__LK_TABLE) return DION__PEER_FAR(d, peer)->signals;
+#endif
+    (void)mode;
+    return dion__peer_signals(d, peer);
+}
+
+DION_HD uint32_t dion__peer_scope_at(const dion_dev_t *d, int peer, int mode)
+{
+#if DION__GPU
+    if (mode == DION__LK_INLINE) return (uint32_t)DION__PICK8(d->peer_inline, peer, .scope);
+    if (mode == DION__LK_TABLE) return DION__PEER_FAR(d, peer)->scope;
+#endif
+    (void)mode;
+    return dion__peer_scope(d, peer);
+}
+
+/* The mode of the general copy of an operation that has a fast path. */
+#if DION__FAST_PATHS
+#define DION__LK_SLOW DION__LK_TABLE
+#else
+#define DION__LK_SLOW DION__LK_ANY
+#endif
+
 /* ---- control words at the tail of a signal table ---- */
 
 DION_HD uint64_t *dion__ctl_word(const dion_dev_t *d, uint64_t *table, uint32_t word)
@@ -544,13 +640,15 @@ DION_HD uint64_t dion__poll_load(const uint64_t *p, uint32_t scope)
 }
 
 /* Polls between two looks at the abort word, the clock and the back-off (a build may override it to compare,
- * perf/CMakeLists.txt, p2p_bench_wb8): 1, the default, runs that bookkeeping test after every poll; B > 1 (a
- * power of two up to 128) polls B times in a row with nothing but the load, the comparison and a branch out
- * (unrolled), as a hand-written flag loop does, and tests the poll count once per B polls. The abort word
- * and the clock are still read every 128 polls and the back-off still starts after 4096: only the place of
- * the test changes. GPU code only; CPU mode always polls one at a time (its back-off yields per poll). */
+ * perf/CMakeLists.txt, p2p_bench_prev): 1 runs that bookkeeping test after every poll; B > 1 (a power of two
+ * up to 128) polls B times in a row with nothing but the load, the comparison and a branch out (unrolled), as
+ * a hand-written flag loop does, and tests the poll count once per B polls. The abort word and the clock are
+ * still read every 128 polls and the back-off still starts after 4096: only the place of the test changes.
+ * 8, the default since the H200 runs of 2026-11-30 (variant wb8: relaxed signal 0.446 -> 0.394 us on one
+ * GPU, 1.23 -> 1.12 times the raw flag over NVLink; docs/results/2026-11-30-s3-h200). GPU code only; CPU
+ * mode always polls one at a time (its back-off yields per poll). */
 #ifndef DION__WAIT_BATCH
-#define DION__WAIT_BATCH 1
+#define DION__WAIT_BATCH 8
 #endif
 #if DION__GPU && DION__WAIT_BATCH > 1
 #define DION__POLL_BATCH DION__WAIT_BATCH

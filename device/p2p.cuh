@@ -42,15 +42,24 @@ DION_HD char *dion__win_base_table(dion_dwin_t w, int rank)
 #endif
 }
 
-/* Scope an operation on peer's part of window w needs: the peer's, widened to system for host memory. */
-DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
+/* Scope an operation on peer's part of window w needs: the peer's, widened to system for host memory. mode:
+ * where the lookups read (DION__LK_*, device/common.cuh). */
+DION_HD uint32_t dion__p2p_scope_at(const dion_ctx_t *c, int peer, dion_dwin_t w, int mode)
 {
-    return dion__peer_scope(&c->dev, peer) |
-           ((dion__win_flags(&c->dev, w) & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
+    return dion__peer_scope_at(&c->dev, peer, mode) |
+           ((dion__win_flags_at(&c->dev, w, mode) & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
 }
 
-DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
-                           size_t src_off, size_t bytes, uint32_t r, uint32_t g, dion__group_t kind)
+DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
+{
+    return dion__p2p_scope_at(c, peer, w, 0);
+}
+
+/* mode: where the lookups read (DION__LK_*, a constant at every call; DION__LK_INLINE only when the caller
+ * made sure that peer, this rank and both windows have inline entries). */
+DION_HD void dion__p2p_put_at(const dion_dev_t *d, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                              size_t src_off, size_t bytes, uint32_t r, uint32_t g, dion__group_t kind,
+                              int mode)
 {
     /* Threads of a group that will have no part of the copy leave before selecting any base: with 16-byte
      * congruent offsets into windows whose bases are all 16-byte aligned, only the first ceil(bytes/16)
@@ -65,8 +74,9 @@ DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_
 #endif
     /* r >= bytes: no element at any width (only the leader copies heads and tails), decided with no load */
     if (may_leave && r != 0 && (size_t)r * 16 >= bytes &&
-        ((size_t)r >= bytes || (((dst_off ^ src_off) & 15) == 0 &&
-                                (dion__win_flags(d, dst) & dion__win_flags(d, src) & DION_WIN_ALIGN16))))
+        ((size_t)r >= bytes ||
+         (((dst_off ^ src_off) & 15) == 0 &&
+          (dion__win_flags_at(d, dst, mode) & dion__win_flags_at(d, src, mode) & DION_WIN_ALIGN16))))
         return;
 #endif
     char *to;
@@ -80,18 +90,19 @@ DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_
     } else
 #endif
 #if DION__BLOCK_BASES == 3
-        if (kind == DION__BLOCK) {
+        if (kind == DION__BLOCK && mode == DION__LK_ANY) {
         to = dion__win_base_branchy(d, dst, peer) + dst_off;
         from = dion__win_base_branchy(d, src, d->rank) + src_off;
     } else
 #endif
     {
-        to = dion__win_base(d, dst, peer) + dst_off;
-        from = dion__win_base(d, src, d->rank) + src_off;
+        to = dion__win_base_at(d, dst, peer, mode) + dst_off;
+        from = dion__win_base_at(d, src, d->rank, mode) + src_off;
     }
 #if DION__TMA
     /* large block copies between GPU windows go through the bulk engine when the kernel opted in */
-    if (kind == DION__BLOCK && !((dion__win_flags(d, dst) | dion__win_flags(d, src)) & DION_WIN_HOST) &&
+    if (kind == DION__BLOCK &&
+        !((dion__win_flags_at(d, dst, mode) | dion__win_flags_at(d, src, mode)) & DION_WIN_HOST) &&
         dion__copy_block_tma(to, from, bytes))
         return;
 #else
@@ -100,10 +111,16 @@ DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_
     dion__copy(to, from, bytes, r, g);
 }
 
-DION_HD void dion__p2p_signal(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value,
-                              uint32_t scope)
+DION_HD void dion__p2p_put(const dion_dev_t *d, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
+                           size_t src_off, size_t bytes, uint32_t r, uint32_t g, dion__group_t kind)
 {
-    uint64_t *word = dion__peer_signals(&c->dev, peer) + sig;
+    dion__p2p_put_at(d, dst, peer, dst_off, src, src_off, bytes, r, g, kind, 0);
+}
+
+DION_HD void dion__p2p_signal(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value,
+                              uint32_t scope, int mode)
+{
+    uint64_t *word = dion__peer_signals_at(&c->dev, peer, mode) + sig;
     /* Release: the target sees the new value only after everything this thread (and what it synchronized
      * with) wrote before. The relaxed forms order nothing and skip the fence. */
     switch (op) {

@@ -85,7 +85,7 @@ if want ab; then # issue 10 (perf10): library variants side by side, alternating
   # (ref_flag_relaxed, ref_put8_param, ...) in every variant's run, so each row has its floor from the same run.
   T=${AB_TESTS:-signal,put_signal,completion,msgrate,packet,refpp}
   for round in 1 2; do
-    for v in ${AB_VARIANTS:-p2p_bench p2p_bench_wb8 p2p_bench_nochk p2p_bench_lean p2p_bench_slot0 p2p_bench_all}; do
+    for v in ${AB_VARIANTS:-p2p_bench p2p_bench_prev p2p_bench_all p2p_bench_fastwb1}; do
       n=${v#p2p_bench}; n=${n#_}; n=${n:-default}
       CUDA_VISIBLE_DEVICES=0 run ab_${n}_1gpu_$round 90 $B/dionrun -n 2 --mps $B/perf/$v --tests $T \
         --csv "$OUT/ab.csv" --label "1gpu-mps:$n:r$round"

@@ -466,23 +466,205 @@ DION_HD dion_ctx_t dion_ctx(dion_dev_t dev, uint32_t index)
     return c;
 }
 
+/* ---- DION_CHECK's checks of the RMA, signal and wait calls, out of line on the GPU ----
+ * With the checks inline, every kernel carried them beside its hot paths: their registers made the block
+ * kernels spill values the fast paths keep in registers (perf/p2p_bench pingpong<3>, 2026-11-30). Out of line
+ * they are one call behind the DION_CHECK flag. The call takes what the checks and their records read by
+ * value, never the context: a pointer to the context handed to a call that is not inlined makes the compiler
+ * copy the whole handle onto the stack (DION__PROXY_PATH above says more). */
+#ifndef DION__CHECK_OOL
+#define DION__CHECK_OOL                                                                                      \
+    1 /* a build may set 0 to inline them as before (perf/CMakeLists.txt, p2p_bench_prev) */
+#endif
+#if defined(__CUDACC__) && DION__CHECK_OOL
+#define DION__CHECK_PATH static __noinline__ __host__ __device__
+#else
+#define DION__CHECK_PATH DION_HD
+#endif
+
+typedef struct {
+    uint64_t *signals;
+    struct dion_dev_peer *peers;
+    struct dion_dev_errors *errors;
+    dion_ctx_stats_t *stats;
+    int32_t rank, nranks;
+    uint32_t num_signals, num_contexts, flags, index;
+} dion__chk_env_t;
+
+DION_HD dion__chk_env_t dion__chk_env(const dion_ctx_t *c)
+{
+    dion__chk_env_t v;
+    v.signals = c->dev.signals;
+    v.peers = c->dev.peers;
+    v.errors = c->dev.errors;
+    v.stats = c->dev.stats;
+    v.rank = c->dev.rank;
+    v.nranks = c->dev.nranks;
+    v.num_signals = c->dev.num_signals;
+    v.num_contexts = c->dev.num_contexts;
+    v.flags = c->dev.flags;
+    v.index = c->index;
+    return v;
+}
+
+#if DION_DEV_INLINE_PEERS != 8
+#error "dion__chk_ctx copies 8 inline peers"
+#endif
+/* The part of a context that the checks and their records read, rebuilt in the checker's frame; the rest is
+ * zero. The peers' inline entries come from the table (the checks read their transport). */
+DION_HD dion_ctx_t dion__chk_ctx(dion__chk_env_t v)
+{
+    dion_ctx_t c;
+    memset(&c, 0, sizeof c);
+    c.dev.signals = v.signals;
+    c.dev.peers = v.peers;
+    c.dev.errors = v.errors;
+    c.dev.stats = v.stats;
+    c.dev.rank = v.rank;
+    c.dev.nranks = v.nranks;
+    c.dev.num_signals = v.num_signals;
+    c.dev.num_contexts = v.num_contexts;
+    c.dev.flags = v.flags;
+    c.index = v.index;
+    /* constant indices: a loop with a variable bound made the compiler keep the whole context in local memory
+     * (1.3 KB of stack in conformance_gpu's dt_cnt_kernel) */
+#define DION__CHK_PEER(k)                                                                                    \
+    if ((k) < v.nranks) c.dev.peer_inline[k] = v.peers[k]
+    DION__CHK_PEER(0);
+    DION__CHK_PEER(1);
+    DION__CHK_PEER(2);
+    DION__CHK_PEER(3);
+    DION__CHK_PEER(4);
+    DION__CHK_PEER(5);
+    DION__CHK_PEER(6);
+    DION__CHK_PEER(7);
+#undef DION__CHK_PEER
+    return c;
+}
+
+DION_HD int dion__check_signal_args(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op,
+                                    dion_op_t what, int lead)
+{
+    if (!dion__check_ctx(c, what, lead) || !dion__check_peer(c, peer, what, lead) ||
+        !dion__check_sig(c, peer, sig, what, lead))
+        return 0;
+    if ((uint32_t)op <= DION_SIG_ADD_RELAXED) return 1;
+    if (lead) {
+        dion__err_t e = dion__err(DION_ERR_INVALID_ARG, what, peer);
+        e.sig = sig;
+        e.observed = (uint64_t)op;
+        dion__record(c, e);
+    }
+    return 0;
+}
+
+/* put (op DION_OP_PUT) and put_signal (DION_OP_PUT_SIGNAL, with sig and sop): 1 when the call may go on. */
+DION__CHECK_PATH int dion__check_rma_at(dion__chk_env_t v, dion_op_t op, int peer, dion_dwin_t dst,
+                                        size_t dst_off, dion_dwin_t src, size_t src_off, size_t bytes,
+                                        uint32_t sig, dion_sig_op_t sop, uint32_t counter, int lead)
+{
+    dion_ctx_t c = dion__chk_ctx(v);
+    if (op == DION_OP_PUT_SIGNAL) {
+        if (!dion__check_signal_args(&c, peer, sig, sop, op, lead)) return 0;
+    } else if (!dion__check_ctx(&c, op, lead) || !dion__check_peer(&c, peer, op, lead)) {
+        return 0;
+    }
+    return dion__check_range(&c, dst, peer, dst_off, bytes, 1, op, peer, lead) &&
+           dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, op, peer, lead) &&
+           (counter == DION__NO_COUNTER || dion__check_counter(&c, counter, op, peer, lead));
+}
+
+DION__CHECK_PATH int dion__check_signal_at(dion__chk_env_t v, int peer, uint32_t sig, dion_sig_op_t op)
+{
+    dion_ctx_t c = dion__chk_ctx(v);
+    return dion__check_signal_args(&c, peer, sig, op, DION_OP_SIGNAL, 1);
+}
+
+/* dion_wait: DION_SUCCESS when the call may go on, else DION_ERR_INVALID_ARG (recorded). */
+DION__CHECK_PATH dion_status_t dion__check_wait_at(dion__chk_env_t v, uint32_t sig, uint32_t cmp)
+{
+    dion_ctx_t c = dion__chk_ctx(v);
+    if (!dion__check_ctx(&c, DION_OP_WAIT, 1) || !dion__check_sig(&c, c.dev.rank, sig, DION_OP_WAIT, 1))
+        return DION_ERR_INVALID_ARG;
+    if (cmp > DION_CMP_LE) {
+        dion__err_t e = dion__err(DION_ERR_INVALID_ARG, DION_OP_WAIT, c.dev.rank);
+        e.sig = sig;
+        e.cmp = cmp;
+        dion__record(&c, e);
+        return DION_ERR_INVALID_ARG;
+    }
+    return DION_SUCCESS;
+}
+
+/* ---- the fast paths (device/common.cuh, DION__FAST_PATHS) ---- */
+
+/* Handle flags that send every call to the general code: DION_CHECK, and the backends whose dispatch is
+ * compiled in (a fast path is p2p code). */
+#define DION__SLOW_FLAGS                                                                                     \
+    (DION_DEVF_CHECK | (DION__HAS_PROXY ? DION_DEVF_PROXY : 0u) | (DION__HAS_GDAKI ? DION_DEVF_GDAKI : 0u))
+
+/* Whether a call to peer may take the fast path: GPU code, DION_CHECK off (or compiled out), no network
+ * backend on the handle, and peer's entries inline. Reads parameters only, so that a loop whose arguments do
+ * not change tests it once. */
+DION_HD int dion__fast_peer(const dion_ctx_t *c, int peer)
+{
+#if DION__GPU && DION__FAST_PATHS
+    uint32_t slow = DION__SLOW_FLAGS & ~(dion__check_enabled(c) ? 0u : DION_DEVF_CHECK);
+    return !(c->dev.flags & slow) && (unsigned)peer < DION_DEV_INLINE_PEERS;
+#else
+    (void)c, (void)peer;
+    return 0;
+#endif
+}
+
+/* The same for a put or get between peer's part of a and this rank's part of b: both windows in slots. */
+DION_HD int dion__fast_rma(const dion_ctx_t *c, int peer, dion_dwin_t a, dion_dwin_t b)
+{
+    return dion__fast_peer(c, peer) && (unsigned)c->dev.rank < DION_DEV_INLINE_PEERS &&
+           dion__win_in_slot(&c->dev, a) && dion__win_in_slot(&c->dev, b);
+}
+
+/* The lookups of an RMA call's general copy. Block calls have no fast path: on the H200 (2026-11-30 22:28,
+ * docs/results/2026-11-30-s4-h200) it made put + quiet by a block slower (1 GPU 64 KiB 3.45 us against 2.37)
+ * and left put_signal by a block where it was, so a block keeps the previous selection (inline entries with
+ * table fallbacks, and the table in warps 4 and up: DION__BLOCK_BASES). */
+#define DION__LK_GENERAL(g) ((g) == DION__BLOCK ? DION__LK_ANY : DION__LK_SLOW)
+
 /* ---- put ---- */
+
+/* The p2p part of a put once the call is known to be good: the copy, the group's sync, the counter and the
+ * leader's bookkeeping. mode: where its lookups read (DION__LK_*, device/common.cuh): DION__LK_INLINE in the
+ * fast path, DION__LK_SLOW in the general one. */
+DION_HD void dion__put_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwin_t dst, int peer, size_t dst_off,
+                           dion_dwin_t src, size_t src_off, size_t bytes, uint32_t counter, uint64_t t0,
+                           int mode)
+{
+    uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
+    dion__group_sync(g);
+    if (r == 0) {
+        if (counter != DION__NO_COUNTER) dion__lcount_add(c, counter % DION_NUM_COUNTERS);
+        DION__STAT(c, puts, 1);
+        DION__STAT(c, put_bytes, bytes);
+        DION__TRACE(c, t0, DION_OP_PUT, peer, 0, bytes, 0, 0, 0, DION_SUCCESS);
+    }
+    (void)t0;
+}
 
 /* counter: DION__NO_COUNTER (a constant in dion_put & co., so the counting folds away there), or the local
  * counter that counts this put once its source may be reused. */
 DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int peer, size_t dst_off,
                              dion_dwin_t src, size_t src_off, size_t bytes, uint32_t counter)
 {
-    uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    uint32_t r = dion__group_rank(g);
     uint64_t t0 = dion__trace_start(&c);
-    if (dion__check_enabled(&c)) {
-        int lead = r == 0;
-        if (!dion__check_ctx(&c, DION_OP_PUT, lead) || !dion__check_peer(&c, peer, DION_OP_PUT, lead) ||
-            !dion__check_range(&c, dst, peer, dst_off, bytes, 1, DION_OP_PUT, peer, lead) ||
-            !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT, peer, lead) ||
-            (counter != DION__NO_COUNTER && !dion__check_counter(&c, counter, DION_OP_PUT, peer, lead)))
-            return;
+    if (g != DION__BLOCK && dion__fast_rma(&c, peer, dst, src)) {
+        dion__put_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, counter, t0, DION__LK_INLINE);
+        return;
     }
+    if (dion__check_enabled(&c) && !dion__check_rma_at(dion__chk_env(&c), DION_OP_PUT, peer, dst, dst_off,
+                                                       src, src_off, bytes, 0, DION_SIG_SET, counter, r == 0))
+        return;
     if (counter != DION__NO_COUNTER) counter %= DION_NUM_COUNTERS; /* unchecked: wrap like dion_ctx */
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
@@ -500,14 +682,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
         return;
     }
 #endif
-    dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
-    dion__group_sync(g);
-    if (r == 0) {
-        if (counter != DION__NO_COUNTER) dion__lcount_add(&c, counter);
-        DION__STAT(&c, puts, 1);
-        DION__STAT(&c, put_bytes, bytes);
-        DION__TRACE(&c, t0, DION_OP_PUT, peer, 0, bytes, 0, 0, 0, DION_SUCCESS);
-    }
+    dion__put_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, counter, t0, DION__LK_GENERAL(g));
 }
 
 /** One-sided put of bytes from my part of src to peer's part of dst; one thread. Returns when issued:
@@ -572,20 +747,60 @@ DION_HD void dion_put_counted_block(dion_ctx_t c, dion_dwin_t dst, int peer, siz
 
 /* ---- signals ---- */
 
-DION_HD int dion__check_signal_args(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op,
-                                    dion_op_t what, int lead)
+/* The p2p part of a put_signal once the call is known to be good; mode as in dion__put_p2p. */
+DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwin_t dst, int peer,
+                                  size_t dst_off, dion_dwin_t src, size_t src_off, size_t bytes, uint32_t sig,
+                                  dion_sig_op_t op, uint64_t value, uint32_t counter, uint64_t t0, int mode)
 {
-    if (!dion__check_ctx(c, what, lead) || !dion__check_peer(c, peer, what, lead) ||
-        !dion__check_sig(c, peer, sig, what, lead))
-        return 0;
-    if ((uint32_t)op <= DION_SIG_ADD_RELAXED) return 1;
-    if (lead) {
-        dion__err_t e = dion__err(DION_ERR_INVALID_ARG, what, peer);
-        e.sig = sig;
-        e.observed = (uint64_t)op;
-        dion__record(c, e);
+    uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    if (counter != DION__NO_COUNTER) counter %= DION_NUM_COUNTERS;
+    dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
+    /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
+    dion__group_sync(g);
+#if DION__HAS_GDAKI
+    if (mode != DION__LK_INLINE && r == 0 && peer == (int)c->dev.rank &&
+        dion__gdaki_amo_route(c, peer)) { /* to itself: the signal through the loopback QP, after the data */
+        dion__fence(DION_SCOPE_SYS);
+        dion__gdaki_signal(c, peer, sig, (uint32_t)op & 1u, value, DION_OP_PUT_SIGNAL);
+        if (counter != DION__NO_COUNTER) dion__lcount_add(c, counter);
+        DION__STAT(c, puts, 1);
+        DION__STAT(c, put_bytes, bytes);
+        DION__STAT(c, signals, 1);
+        DION__TRACE(c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, DION_SUCCESS);
+        return;
     }
-    return 0;
+#endif
+#if DION__HAS_PROXY
+    if (mode != DION__LK_INLINE && r == 0 &&
+        dion__proxy_sig_route(c, peer)) { /* to itself: the signal through the proxy, after the data */
+        dion__fence(DION_SCOPE_SYS);
+        dion_status_t st = dion__proxy_signal(c, peer, sig, (uint32_t)op & 1u, value, DION_OP_PUT_SIGNAL);
+        if (counter != DION__NO_COUNTER) dion__lcount_add(c, counter);
+        DION__STAT(c, puts, 1);
+        DION__STAT(c, put_bytes, bytes);
+        DION__STAT(c, signals, 1);
+        DION__TRACE(c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, st);
+        (void)st;
+        return;
+    }
+#endif
+    if (r == 0) {
+        /* The data must precede the signal whatever the op says: put_signal always releases. Only the leader
+         * works out where to signal: in a block every instruction that all threads run costs 32 warps' issue.
+         */
+        uint64_t *word = dion__peer_signals_at(&c->dev, peer, mode) + sig;
+        uint32_t scope = dion__p2p_scope_at(c, peer, dst, mode);
+        if ((uint32_t)op & 1u)
+            dion__red_add_release(word, value, scope);
+        else
+            dion__st_release(word, value, scope);
+        if (counter != DION__NO_COUNTER) dion__lcount_add(c, counter);
+        DION__STAT(c, puts, 1);
+        DION__STAT(c, put_bytes, bytes);
+        DION__STAT(c, signals, 1);
+        DION__TRACE(c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, DION_SUCCESS);
+    }
+    (void)t0;
 }
 
 /* counter: as in dion__put_group. */
@@ -593,17 +808,17 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
                                     dion_dwin_t src, size_t src_off, size_t bytes, uint32_t sig,
                                     dion_sig_op_t op, uint64_t value, uint32_t counter)
 {
-    uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    uint32_t r = dion__group_rank(g);
     uint64_t t0 = dion__trace_start(&c);
-    if (dion__check_enabled(&c)) {
-        int lead = r == 0;
-        if (!dion__check_signal_args(&c, peer, sig, op, DION_OP_PUT_SIGNAL, lead) ||
-            !dion__check_range(&c, dst, peer, dst_off, bytes, 1, DION_OP_PUT_SIGNAL, peer, lead) ||
-            !dion__check_range(&c, src, c.dev.rank, src_off, bytes, 1, DION_OP_PUT_SIGNAL, peer, lead) ||
-            (counter != DION__NO_COUNTER &&
-             !dion__check_counter(&c, counter, DION_OP_PUT_SIGNAL, peer, lead)))
-            return;
+    if (g != DION__BLOCK && dion__fast_rma(&c, peer, dst, src)) {
+        dion__put_signal_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, sig, op, value, counter, t0,
+                             DION__LK_INLINE);
+        return;
     }
+    if (dion__check_enabled(&c) &&
+        !dion__check_rma_at(dion__chk_env(&c), DION_OP_PUT_SIGNAL, peer, dst, dst_off, src, src_off, bytes,
+                            sig, op, counter, r == 0))
+        return;
     if (counter != DION__NO_COUNTER) counter %= DION_NUM_COUNTERS;
 #if DION__HAS_PROXY
     if (dion__is_proxy(&c, peer)) {
@@ -621,52 +836,8 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
         return;
     }
 #endif
-    dion__p2p_put(&c.dev, dst, peer, dst_off, src, src_off, bytes, r, n, g);
-    /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
-    dion__group_sync(g);
-#if DION__HAS_GDAKI
-    if (r == 0 && peer == (int)c.dev.rank &&
-        dion__gdaki_amo_route(&c, peer)) { /* to itself: the signal through the loopback QP, after the data */
-        dion__fence(DION_SCOPE_SYS);
-        dion__gdaki_signal(&c, peer, sig, (uint32_t)op & 1u, value, DION_OP_PUT_SIGNAL);
-        if (counter != DION__NO_COUNTER) dion__lcount_add(&c, counter);
-        DION__STAT(&c, puts, 1);
-        DION__STAT(&c, put_bytes, bytes);
-        DION__STAT(&c, signals, 1);
-        DION__TRACE(&c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, DION_SUCCESS);
-        return;
-    }
-#endif
-#if DION__HAS_PROXY
-    if (r == 0 &&
-        dion__proxy_sig_route(&c, peer)) { /* to itself: the signal through the proxy, after the data */
-        dion__fence(DION_SCOPE_SYS);
-        dion_status_t st = dion__proxy_signal(&c, peer, sig, (uint32_t)op & 1u, value, DION_OP_PUT_SIGNAL);
-        if (counter != DION__NO_COUNTER) dion__lcount_add(&c, counter);
-        DION__STAT(&c, puts, 1);
-        DION__STAT(&c, put_bytes, bytes);
-        DION__STAT(&c, signals, 1);
-        DION__TRACE(&c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, st);
-        (void)st;
-        return;
-    }
-#endif
-    if (r == 0) {
-        /* The data must precede the signal whatever the op says: put_signal always releases. Only the leader
-         * works out where to signal: in a block every instruction that all threads run costs 32 warps' issue.
-         */
-        uint64_t *word = dion__peer_signals(&c.dev, peer) + sig;
-        uint32_t scope = dion__p2p_scope(&c, peer, dst);
-        if ((uint32_t)op & 1u)
-            dion__red_add_release(word, value, scope);
-        else
-            dion__st_release(word, value, scope);
-        if (counter != DION__NO_COUNTER) dion__lcount_add(&c, counter);
-        DION__STAT(&c, puts, 1);
-        DION__STAT(&c, put_bytes, bytes);
-        DION__STAT(&c, signals, 1);
-        DION__TRACE(&c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, DION_SUCCESS);
-    }
+    dion__put_signal_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, sig, op, value, counter, t0,
+                         DION__LK_GENERAL(g));
 }
 
 /** Put, then update peer's signal sig: the peer sees the new value only after the data (always a release,
@@ -737,13 +908,28 @@ DION_HD void dion_put_signal_counted_block(dion_ctx_t c, dion_dwin_t dst, int pe
     dion__put_signal_group(c, DION__BLOCK, dst, peer, dst_off, src, src_off, bytes, sig, op, value, counter);
 }
 
+/* The p2p part of a signal; mode as in dion__put_p2p. Signal tables live in device memory (or shared memory
+ * in CPU mode): the peer's scope is enough. */
+DION_HD void dion__signal_p2p(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value,
+                              int mode)
+{
+    dion__p2p_signal(c, peer, sig, op, value,
+                     dion__peer_scope_at(&c->dev, peer, mode) | dion__dev_scope(&c->dev), mode);
+    DION__STAT(c, signals, 1);
+    DION__TRACE(c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, (uint32_t)op, DION_SUCCESS);
+}
+
 /** Sets or adds to peer's signal sig. SET / ADD are releases, ordered after the caller's earlier puts to
  * that peer; SET_RELAXED / ADD_RELAXED order nothing (pure synchronization). Returns when issued.
  * \param c the context. \param peer the target rank. \param sig the signal index, below num_signals.
  * \param op a dion_sig_op_t. \param value the value to set or add. */
 DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op, uint64_t value)
 {
-    if (dion__check_enabled(&c) && !dion__check_signal_args(&c, peer, sig, op, DION_OP_SIGNAL, 1)) return;
+    if (dion__fast_peer(&c, peer)) {
+        dion__signal_p2p(&c, peer, sig, op, value, DION__LK_INLINE);
+        return;
+    }
+    if (dion__check_enabled(&c) && !dion__check_signal_at(dion__chk_env(&c), peer, sig, op)) return;
 #if DION__HAS_PROXY
     if (dion__proxy_sig_route(&c, peer)) {
         dion_status_t st = dion__proxy_signal(&c, peer, sig, (uint32_t)op, value, DION_OP_SIGNAL);
@@ -759,10 +945,7 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
         return;
     }
 #endif
-    /* Signal tables live in device memory (or shared memory in CPU mode): the peer's scope is enough. */
-    dion__p2p_signal(&c, peer, sig, op, value, dion__peer_scope(&c.dev, peer) | dion__dev_scope(&c.dev));
-    DION__STAT(&c, signals, 1);
-    DION__TRACE(&c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, (uint32_t)op, DION_SUCCESS);
+    dion__signal_p2p(&c, peer, sig, op, value, DION__LK_SLOW);
 }
 
 /** Blocks until this rank's signal sig compares as asked with value ("signal cmp value"); acquire: the data
@@ -774,17 +957,8 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
 DION_HD dion_status_t dion_wait(dion_ctx_t c, uint32_t sig, dion_cmp_t cmp, uint64_t value,
                                 uint64_t *observed)
 {
-    if (dion__check_enabled(&c)) {
-        if (!dion__check_ctx(&c, DION_OP_WAIT, 1) || !dion__check_sig(&c, c.dev.rank, sig, DION_OP_WAIT, 1))
-            return DION_ERR_INVALID_ARG;
-        if ((uint32_t)cmp > DION_CMP_LE) {
-            dion__err_t e = dion__err(DION_ERR_INVALID_ARG, DION_OP_WAIT, c.dev.rank);
-            e.sig = sig;
-            e.cmp = (uint32_t)cmp;
-            dion__record(&c, e);
-            return DION_ERR_INVALID_ARG;
-        }
-    }
+    if (dion__check_enabled(&c) && dion__check_wait_at(dion__chk_env(&c), sig, (uint32_t)cmp) != DION_SUCCESS)
+        return DION_ERR_INVALID_ARG;
     DION__STAT(&c, waits, 1);
     uint64_t t0 = dion__trace_start(&c), seen = 0;
     dion_status_t st =

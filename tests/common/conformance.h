@@ -1827,6 +1827,136 @@ static void dt_test_manyput(uint32_t blocks, uint32_t rounds)
 
 #include "trace_test.h"
 
+/* ================================================================================================ */
+/* 12. Many windows and ranks: every (destination, source) pair of DT_MW_WINS windows registered before a */
+/* handle, so that some pairs are in the handle's slots and some are not, under ranks beyond the handle's   */
+/* inline peers (run with more than 8 ranks): the GPU's fast paths (put, put_signal, signal from inline */
+/* entries) and their general copies (tables) must land the same bytes. */
+
+#define DT_MW_WINS 6
+#define DT_MW_SIZE 8192u /* per window and rank: source in [0, 4096), destination in [4096, 8192) */
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t dst, src;
+    int peer;
+    uint64_t src_off, dst_off, bytes;
+    int group, with_signal;
+    uint64_t expect;
+    uint64_t *result;
+} dt_mw_args_t;
+
+DT_KERNEL(dt_mw_kernel, dt_mw_args_t)
+{
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    uint32_t t = dion__block_thread();
+    int in_group = a->group == 2 || (a->group == 1 && t < 32) || (a->group == 0 && t == 0);
+    if (in_group) {
+        if (a->with_signal) {
+            if (a->group == 0)
+                dion_put_signal(c, a->dst, a->peer, a->dst_off, a->src, a->src_off, a->bytes, 0, DION_SIG_ADD,
+                                1);
+            else if (a->group == 1)
+                dion_put_signal_warp(c, a->dst, a->peer, a->dst_off, a->src, a->src_off, a->bytes, 0,
+                                     DION_SIG_ADD, 1);
+            else
+                dion_put_signal_block(c, a->dst, a->peer, a->dst_off, a->src, a->src_off, a->bytes, 0,
+                                      DION_SIG_ADD, 1);
+        } else {
+            if (a->group == 0)
+                dion_put(c, a->dst, a->peer, a->dst_off, a->src, a->src_off, a->bytes);
+            else if (a->group == 1)
+                dion_put_warp(c, a->dst, a->peer, a->dst_off, a->src, a->src_off, a->bytes);
+            else
+                dion_put_block(c, a->dst, a->peer, a->dst_off, a->src, a->src_off, a->bytes);
+        }
+    }
+    if (t == 0) {
+        if (!a->with_signal) {
+            if (dion_quiet(c) != DION_SUCCESS) a->result[0]++;
+            dion_signal(c, a->peer, 0, DION_SIG_ADD, 1);
+        }
+        uint64_t seen = 0;
+        if (dion_wait(c, 0, DION_CMP_GE, a->expect, &seen) != DION_SUCCESS) a->result[0]++;
+        a->result[1] = seen;
+    }
+}
+
+static void dt_test_many_windows(void)
+{
+    dion_win_t w[DT_MW_WINS];
+    char *b[DT_MW_WINS];
+    for (int i = 0; i < DT_MW_WINS; i++) {
+        void *p = NULL;
+        DT_OK(dion_win_alloc(dt_comm, DT_MW_SIZE, DT_ON_HOST, &p, &w[i]));
+        b[i] = (char *)p;
+    }
+    /* this handle's slots hold the comm's first windows; the others work through their tables */
+    dion_dev_t dev;
+    dion_dev_attr_t attr = {8, 1, 0, 0};
+    DT_OK(dion_dev_create(dt_comm, &attr, &dev));
+    int in_slot = 0;
+    for (int i = 0; i < DT_MW_WINS; i++)
+        for (int k = 0; k < DION_DEV_WIN_SLOTS; k++) in_slot += dev.win_slot[k].win == dion_win_device(w[i]);
+    if (in_slot == 0 || in_slot == DT_MW_WINS)
+        DT_FAIL("%d of the %d windows are in the handle's slots: the test needs both kinds", in_slot,
+                DT_MW_WINS);
+    dt_rng_t rng = {777};
+    int next = (dt_rank + 1) % dt_n, prev = (dt_rank + dt_n - 1) % dt_n;
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    uint8_t host[DT_MW_SIZE];
+    uint64_t signals = 0;
+    static const char *gname[] = {"thread", "warp", "block"};
+    for (int k = 0; k < DT_MW_WINS * DT_MW_WINS; k++) {
+        int di = k / DT_MW_WINS, si = k % DT_MW_WINS;
+        uint64_t bytes = dt_range(&rng, 0, 2) == 0 ? dt_range(&rng, 0, 40) : dt_range(&rng, 1, 4000);
+        uint64_t src_off = dt_range(&rng, 0, 4096 - bytes);
+        uint64_t dst_off = 4096 + dt_range(&rng, 16, 4096 - 16 - bytes);
+        int group = (int)dt_range(&rng, 0, 2), with_signal = (int)dt_range(&rng, 0, 1);
+        for (uint64_t i = 0; i < bytes; i++) host[i] = dt_byte(dt_rank, 1000 + (uint64_t)k, i);
+        dt_put(b[si] + src_off, host, bytes);
+        memset(host, 0x5a, bytes + 32);
+        dt_put(b[di] + dst_off - 16, host, bytes + 32);
+        DT_OK(dion_comm_barrier(dt_comm));
+        dt_mw_args_t a = {dev,
+                          dion_win_device(w[di]),
+                          dion_win_device(w[si]),
+                          next,
+                          src_off,
+                          dst_off,
+                          bytes,
+                          group,
+                          with_signal,
+                          ++signals,
+                          result};
+        if (DT_LAUNCH(dt_mw_kernel, 1, group == 2 ? DT_BLOCK : 32, &a)) DT_FAIL("launch failed");
+        uint64_t res[2];
+        dt_get(res, result, sizeof res);
+        if (res[0]) DT_FAIL("pair %d<-%d: %llu device-side failures", di, si, (unsigned long long)res[0]);
+        dt_get(host, b[di] + dst_off - 16, bytes + 32);
+        for (uint64_t i = 0; i < 16; i++)
+            if (host[i] != 0x5a || host[16 + bytes + i] != 0x5a) {
+                DT_FAIL("pair %d<-%d (%s, %llu bytes): a byte outside the target range changed", di, si,
+                        gname[group], (unsigned long long)bytes);
+                break;
+            }
+        for (uint64_t i = 0; i < bytes; i++)
+            if (host[16 + i] != dt_byte(prev, 1000 + (uint64_t)k, i)) {
+                DT_FAIL(
+                    "pair %d<-%d (%s%s, %llu bytes, src %llu -> dst %llu) from rank %d: byte %llu is 0x%02x, "
+                    "expected 0x%02x",
+                    di, si, gname[group], with_signal ? " put_signal" : " put", (unsigned long long)bytes,
+                    (unsigned long long)src_off, (unsigned long long)dst_off, prev, (unsigned long long)i,
+                    host[16 + i], dt_byte(prev, 1000 + (uint64_t)k, i));
+                break;
+            }
+        DT_OK(dion_comm_barrier(dt_comm));
+    }
+    dt_free(result);
+    DT_OK(dion_dev_destroy(dt_comm, &dev));
+    for (int i = 0; i < DT_MW_WINS; i++) DT_OK(dion_win_destroy(w[i]));
+}
+
 static int dt_main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "all";
@@ -1950,11 +2080,15 @@ static int dt_main(int argc, char **argv)
             "many producers: every thread of several blocks puts random ranges to one window, data checked "
             "at every round's signals",
             dt_test_manyput(blocks, rounds));
+    } else if (!strcmp(mode, "manywin")) {
+        DT_RUN("many windows: put, put_signal and signal over every pair of 6 windows, in the handle's slots "
+               "and not, thread/warp/block",
+               dt_test_many_windows());
     } else if (!strcmp(mode, "abort")) {
         DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
     } else {
         fprintf(stderr,
-                "usage: %s [all|atomics|check|stats|trace|sigadd|stress|manyput|abort|peerfail "
+                "usage: %s [all|atomics|check|stats|trace|sigadd|stress|manyput|manywin|abort|peerfail "
                 "N|peerfail_stream N]\n",
                 argv[0]);
         return 2;

@@ -5,6 +5,10 @@ foreach(n 2 3 4 8)
   dion_test(NAME conf_cpu_${n} COMMAND $<TARGET_FILE:dionrun> -n ${n} --timeout 240 $<TARGET_FILE:conformance_cpu> all
             LABELS "host;cpu" TIMEOUT 300 ENV "DION_CPU_MODE=1")
 endforeach()
+# Six windows, some in the handle's slots and some not, every (destination, source) pair, over 10 ranks (more
+# than the handle's 8 inline peers).
+dion_test(NAME conf_cpu_manywin_10 COMMAND $<TARGET_FILE:dionrun> -n 10 --timeout 120 $<TARGET_FILE:conformance_cpu> manywin
+          LABELS "host;cpu" TIMEOUT 150 ENV "DION_CPU_MODE=1")
 dion_test(NAME conf_cpu_check COMMAND $<TARGET_FILE:dionrun> -n 3 --timeout 100 $<TARGET_FILE:conformance_cpu> check
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_CHECK=1")
 dion_test(NAME conf_cpu_stats COMMAND $<TARGET_FILE:dionrun> -n 3 --timeout 100 $<TARGET_FILE:conformance_cpu> stats

@@ -16,14 +16,17 @@ static int dt_gpu_sync(const char *what)
 }
 
 /* Every kernel is launched with at most DT_BLOCK threads per block: the bound keeps each within the registers
- * that block size allows (docs/gpu_kernels.md), also when built with the proxy's device half. */
+ * that block size allows (docs/gpu_kernels.md), also when built with the proxy's device half. The body is
+ * always inlined: a body left out of line receives the kernel's arguments by pointer, and the compiler then
+ * copies them (the whole device handle) into local memory (1.3 KB of stack in dt_cnt_kernel once the fast
+ * paths made it larger). */
 #define DT_KERNEL(name, type)                                                                                \
-    static __host__ __device__ void name##_body(type *a);                                                    \
+    static __forceinline__ __host__ __device__ void name##_body(type *a);                                    \
     __global__ void __launch_bounds__(DT_BLOCK, 1) name##_gpu(type arg)                                      \
     {                                                                                                        \
         name##_body(&arg);                                                                                   \
     }                                                                                                        \
-    static __host__ __device__ void name##_body(type *a)
+    static __forceinline__ __host__ __device__ void name##_body(type *a)
 #define DT_LAUNCH(name, grid, block, ptr) (name##_gpu<<<(grid), (block)>>>(*(ptr)), dt_gpu_sync(#name))
 /* DT_ON_HOST=1: host windows (pinned, mapped into the GPU) instead of GPU memory, e.g. over the proxy with a
  * provider that cannot register GPU memory */
