@@ -162,6 +162,9 @@ DION_HD int dion__pkt_check_seq(const dion_ctx_t *c, uint32_t seq, dion_op_t op,
 #if DION__PKT_BATCH < 1 || DION__PKT_BATCH > 32
 #error "DION__PKT_BATCH must be 1..32"
 #endif
+/* Blocks take one unit per thread at a time: their messages rarely exceed one unit per thread (8 bytes x
+ * threads), and the batch's registers would make the 1024-thread kernels spill. */
+#define DION__PKT_BATCHES(g) ((g) != DION__BLOCK)
 #if DION__GPU
 #define DION__PKT_UNROLL _Pragma("unroll")
 #else
@@ -231,11 +234,11 @@ DION_HD char *dion__pkt_own_base(const dion_ctx_t *c, dion_dwin_t w)
 
 /* ---- put ---- */
 
-/* Thread r of n writes its units (r, r+n, ...) of the message: payload from src, sequence seq. With an 8-byte
- * aligned src the whole units go DION__PKT_BATCH at a time (all loads, then all stores); a partial last unit
- * and unaligned sources go one at a time. */
+/* Thread r of n writes its units (r, r+n, ...) of the message: payload from src, sequence seq. With batch and
+ * an 8-byte aligned src the whole units go DION__PKT_BATCH at a time (all loads, then all stores); a partial
+ * last unit, unaligned sources and batch 0 go one at a time. */
 DION_HD void dion__pkt_put_units(uint64_t *to, const char *src, size_t bytes, uint32_t seq, uint32_t r,
-                                 uint32_t n, uint32_t scope)
+                                 uint32_t n, uint32_t scope, int batch)
 {
     uint64_t flag = (uint64_t)seq << 32;
     size_t units = (bytes + DION_PACKET_PAYLOAD - 1) / DION_PACKET_PAYLOAD; /* a shift */
@@ -248,7 +251,7 @@ DION_HD void dion__pkt_put_units(uint64_t *to, const char *src, size_t bytes, ui
         return;
     }
     size_t u = r;
-    if (((uintptr_t)src & 7) == 0) {
+    if (batch && ((uintptr_t)src & 7) == 0) {
         size_t whole = bytes / DION_PACKET_PAYLOAD;
         while (u < whole) { /* u ends at this thread's first unit past the whole ones */
             uint64_t v[DION__PKT_BATCH];
@@ -280,7 +283,8 @@ DION_HD void dion__put_packet_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
         char *base;
         uint32_t scope;
         if (dion__pkt_target(&c, dst, peer, &base, &scope)) {
-            dion__pkt_put_units((uint64_t *)(base + dst_off), (const char *)src, bytes, seq, r, n, scope);
+            dion__pkt_put_units((uint64_t *)(base + dst_off), (const char *)src, bytes, seq, r, n, scope,
+                                DION__PKT_BATCHES(g));
             dion__group_sync(g);
             return;
         }
@@ -298,7 +302,8 @@ DION_HD void dion__put_packet_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
     }
     if (!dion__pkt_peer_ok(&c, peer, DION_OP_PUT_PACKET, lead)) return;
     uint64_t *to = (uint64_t *)(dion__win_base(&c.dev, dst, peer) + dst_off);
-    dion__pkt_put_units(to, (const char *)src, bytes, seq, r, n, dion__p2p_scope(&c, peer, dst));
+    dion__pkt_put_units(to, (const char *)src, bytes, seq, r, n, dion__p2p_scope(&c, peer, dst),
+                        DION__PKT_BATCHES(g));
     dion__group_sync(g);
     if (lead) {
         DION__STAT(&c, puts, 1);
@@ -368,11 +373,11 @@ DION_HD dion_status_t dion__pkt_poll_one(const dion_dev_t *d, uint32_t scope, co
 }
 
 /* Polls this thread's units (r, r+n, ...) of the message at p until each carries seq in both words, copying
- * their payload to dst; stops on abort or timeout. With an 8-byte aligned dst the whole units are polled
- * DION__PKT_BATCH at a time (all loads, then the checks); a partial last unit and unaligned destinations one
- * at a time. *seen: the flag last read from a unit that was not ready. */
+ * their payload to dst; stops on abort or timeout. With batch and an 8-byte aligned dst the whole units are
+ * polled DION__PKT_BATCH at a time (all loads, then the checks); a partial last unit, unaligned destinations
+ * and batch 0 one at a time. *seen: the flag last read from a unit that was not ready. */
 DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, char *dst, size_t bytes,
-                                     uint32_t seq, uint32_t r, uint32_t n, uint32_t *seen)
+                                     uint32_t seq, uint32_t r, uint32_t n, uint32_t *seen, int batch)
 {
     const dion_dev_t *d = &c->dev;
     uint32_t scope = dion__dev_scope(d);
@@ -383,7 +388,7 @@ DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, cha
         return r < units ? dion__pkt_poll_one(d, scope, p, dst, bytes, seq, r, &polls, &start, seen)
                          : DION_SUCCESS;
     size_t u = r;
-    if (((uintptr_t)dst & 7) == 0) {
+    if (batch && ((uintptr_t)dst & 7) == 0) {
         size_t whole = bytes / DION_PACKET_PAYLOAD;
         while (u < whole) { /* u ends at this thread's first unit past the whole ones */
             uint32_t need = 0, done = 0, cnt = 0;
@@ -465,7 +470,7 @@ DION_HD dion_status_t dion__wait_packet_group(dion_ctx_t c, dion__group_t g, dio
     dion_status_t st;
     if (dion__pkt_lean(&c)) { /* straight to the poll loop; the error path below is the same */
         st = dion__pkt_poll(&c, (const uint64_t *)(dion__pkt_own_base(&c, win) + off), (char *)dst, bytes,
-                            seq, r, n, &seen);
+                            seq, r, n, &seen, DION__PKT_BATCHES(g));
         if (g == DION__THREAD && st == DION_SUCCESS) return st;
     } else {
         uint64_t span = DION_PACKET_SPAN(bytes);
@@ -478,7 +483,7 @@ DION_HD dion_status_t dion__wait_packet_group(dion_ctx_t c, dion__group_t g, dio
         if (lead) DION__STAT(&c, waits, 1);
         uint64_t t0 = dion__trace_start(&c);
         st = dion__pkt_poll(&c, (const uint64_t *)(dion__win_base(&c.dev, win, me) + off), (char *)dst, bytes,
-                            seq, r, n, &seen);
+                            seq, r, n, &seen, DION__PKT_BATCHES(g));
         st = dion__pkt_wait_end(&c, g, win, off, bytes, seq, st, seen);
         if (lead) DION__TRACE(&c, t0, DION_OP_WAIT_PACKET, me, 0, bytes, seq, seen, DION_CMP_EQ, st);
         return st;

@@ -256,12 +256,14 @@ static void test_packet_units(void)
         size_t bytes = iter < 400 ? (size_t)(iter % 200) + 1 : (size_t)(rnd() % MAXB) + 1;
         size_t so = rnd() % 2 ? 0 : rnd() % 8, dof = rnd() % 2 ? 0 : rnd() % 8;
         uint32_t g = groups[rnd() % 4], seq = (uint32_t)rnd() | 1u;
+        int batch = iter % 5 != 0; /* blocks never batch */
         size_t units = (bytes + 7) / 8;
         for (size_t i = 0; i < sizeof src; i++) src[i] = (char)rnd(), dst[i] = (char)0x5a;
         for (size_t i = 0; i < WORDS; i++) win[i] = 0x0123456789abcdefull ^ i;
         memcpy(want, dst, sizeof dst);
         memcpy(want + dof, src + so, bytes);
-        for (uint32_t r = 0; r < g; r++) dion__pkt_put_units(win, src + so, bytes, seq, r, g, DION_SCOPE_GPU);
+        for (uint32_t r = 0; r < g; r++)
+            dion__pkt_put_units(win, src + so, bytes, seq, r, g, DION_SCOPE_GPU, batch);
         for (size_t w = 0; w < WORDS; w++) {
             uint64_t v = win[w];
             if (w >= 2 * units) {
@@ -282,12 +284,13 @@ static void test_packet_units(void)
         }
         for (uint32_t r = 0; r < g; r++) {
             uint32_t seen = 0;
-            dion_status_t st = dion__pkt_poll(&c, win, dst + dof, bytes, seq, r, g, &seen);
+            dion_status_t st = dion__pkt_poll(&c, win, dst + dof, bytes, seq, r, g, &seen, batch);
             CHECK(st == DION_SUCCESS, "packet poll bytes=%zu g=%u r=%u: %d", bytes, g, r, (int)st);
         }
         CHECK(memcmp(dst, want, sizeof dst) == 0,
               "packet poll bytes=%zu src+%zu dst+%zu g=%u: payload differs", bytes, so, dof, g);
-        batched += units > g && (((uintptr_t)(src + so) & 7) == 0 || ((uintptr_t)(dst + dof) & 7) == 0);
+        batched +=
+            batch && units > g && (((uintptr_t)(src + so) & 7) == 0 || ((uintptr_t)(dst + dof) & 7) == 0);
         cases++;
     }
     CHECK(cases == 2500, "only %d packet cases ran", cases);
@@ -295,12 +298,12 @@ static void test_packet_units(void)
     /* unit 5 of 12 carries the previous sequence: a timeout naming it, for one thread and for a group */
     for (uint32_t g = 1; g <= 32; g += 31) {
         uint32_t seq = 77;
-        for (uint32_t r = 0; r < g; r++) dion__pkt_put_units(win, src, 96, seq, r, g, DION_SCOPE_GPU);
+        for (uint32_t r = 0; r < g; r++) dion__pkt_put_units(win, src, 96, seq, r, g, DION_SCOPE_GPU, 1);
         win[2 * 5 + 1] = (uint64_t)(seq - 1) << 32;
         dion_status_t st = DION_SUCCESS;
         uint32_t seen = 0;
         for (uint32_t r = 0; r < g && st == DION_SUCCESS; r++)
-            st = dion__pkt_poll(&c, win, dst, 96, seq, r, g, &seen);
+            st = dion__pkt_poll(&c, win, dst, 96, seq, r, g, &seen, 1);
         CHECK(st == DION_ERR_TIMEOUT && seen == seq - 1,
               "packet poll of a stale unit (g=%u): status %d, seen %u", g, (int)st, seen);
     }
