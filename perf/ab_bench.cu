@@ -12,7 +12,9 @@
  * each bandwidth configuration writes a pattern of its own (the source is refilled with a new seed) that rank
  * 1 checks at 64 sampled pages. CSV rows impl,label,test,group,bytes,metric,value as bench_common.h writes
  * them; test names say the variant (bw_ldst_u8_b264_chunk = 16-byte loads, 8 in flight, 264 blocks, chunk
- * layout). */
+ * layout; _t256 / _t1024 threads per block other than 512; _cs / _na / _lu the cache hints;
+ * bw_tma_s4x32k_b132 = bulk copies, 4 stages of 32 KiB, 132 blocks; bw_get_* the peer's memory read into this
+ * rank's). */
 #include <algorithm>
 #include <string>
 #include <vector>
