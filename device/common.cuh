@@ -497,6 +497,32 @@ typedef struct {
 } dion__v16_t;
 #endif
 
+/* How the 16-byte body of the cooperative copy stores (a build may override it to compare the large-put path,
+ * perf/CMakeLists.txt p2p_bench_stcs / _u8cs, against perf/ab_bench's bandwidth sweep): 0 plain stores, the
+ * default; 1 streaming stores (st.global.cs, evict first); 2 stores that do not allocate in L1
+ * (st.global.L1::no_allocate). GPU code only: the other widths and CPU mode always store plainly. */
+#ifndef DION__COPY_ST
+#define DION__COPY_ST 0
+#endif
+#if DION__GPU && (DION__COPY_ST == 1 || DION__COPY_ST == 2)
+DION_HD void dion__copy_st16(dion__v16_t *p, dion__v16_t v)
+{
+    size_t g = __cvta_generic_to_global(p);
+#if DION__COPY_ST == 1
+    asm volatile("st.global.cs.v2.u64 [%0], {%1, %2};" ::"l"(g), "l"(v.x), "l"(v.y) : "memory");
+#else
+    asm volatile("st.global.L1::no_allocate.v2.u64 [%0], {%1, %2};" ::"l"(g), "l"(v.x), "l"(v.y) : "memory");
+#endif
+}
+#define DION__COPY_STORE_16(p, v) dion__copy_st16((p), (v))
+#else
+#define DION__COPY_STORE_16(p, v) (*(p) = (v))
+#endif
+#define DION__COPY_STORE_8(p, v) (*(p) = (v))
+#define DION__COPY_STORE_4(p, v) (*(p) = (v))
+#define DION__COPY_STORE_2(p, v) (*(p) = (v))
+#define DION__COPY_STORE_1(p, v) (*(p) = (v))
+
 #define DION__COPY_BODY(T, W)                                                                                \
     DION_HD void dion__copy_body_##W(T *dst, const T *src, size_t n, uint32_t r, uint32_t g)                 \
     {                                                                                                        \
@@ -504,7 +530,7 @@ typedef struct {
         for (; i + (size_t)(DION__COPY_UNROLL - 1) * g < n; i += (size_t)DION__COPY_UNROLL * g) {            \
             T t[DION__COPY_UNROLL];                                                                          \
             for (int u = 0; u < DION__COPY_UNROLL; u++) t[u] = src[i + (size_t)u * g];                       \
-            for (int u = 0; u < DION__COPY_UNROLL; u++) dst[i + (size_t)u * g] = t[u];                       \
+            for (int u = 0; u < DION__COPY_UNROLL; u++) DION__COPY_STORE_##W(&dst[i + (size_t)u * g], t[u]); \
         }                                                                                                    \
         /* fewer than DION__COPY_UNROLL elements left per thread: all their loads before their stores too */ \
         if (i < n) {                                                                                         \
@@ -512,7 +538,7 @@ typedef struct {
             for (int u = 0; u < DION__COPY_UNROLL - 1; u++)                                                  \
                 if (i + (size_t)u * g < n) t[u] = src[i + (size_t)u * g];                                    \
             for (int u = 0; u < DION__COPY_UNROLL - 1; u++)                                                  \
-                if (i + (size_t)u * g < n) dst[i + (size_t)u * g] = t[u];                                    \
+                if (i + (size_t)u * g < n) DION__COPY_STORE_##W(&dst[i + (size_t)u * g], t[u]);              \
         }                                                                                                    \
     }
 DION__COPY_BODY(dion__v16_t, 16)

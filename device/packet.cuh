@@ -152,12 +152,143 @@ DION_HD int dion__pkt_check_seq(const dion_ctx_t *c, uint32_t seq, dion_op_t op,
     return 0;
 }
 
+/* Units a thread keeps in flight when it has several (a group smaller than the message): all their loads
+ * are issued before their stores (put) or their checks (wait), so a thread's share of a message costs about
+ * one memory round trip per DION__PKT_BATCH units instead of one per unit. A build may override it (1..32).
+ */
+#ifndef DION__PKT_BATCH
+#define DION__PKT_BATCH 8
+#endif
+#if DION__PKT_BATCH < 1 || DION__PKT_BATCH > 32
+#error "DION__PKT_BATCH must be 1..32"
+#endif
+/* Blocks take one unit per thread at a time: their messages rarely exceed one unit per thread (8 bytes x
+ * threads), and the batch's registers would make the 1024-thread kernels spill. */
+#define DION__PKT_BATCHES(g) ((g) != DION__BLOCK)
+#if DION__GPU
+#define DION__PKT_UNROLL _Pragma("unroll")
+#else
+#define DION__PKT_UNROLL
+#endif
+
+/* Whether a call skips the bookkeeping paths: no argument checks, statistics or trace on this handle. One
+ * test of the flags word instead of one per feature on the way to the stores and the poll loop. */
+DION_HD int dion__pkt_lean(const dion_ctx_t *c)
+{
+    uint32_t slow = DION_DEVF_STATS;
+#if DION_TRACE_COMPILED
+    slow |= DION_DEVF_TRACE;
+#endif
+    if (dion__check_enabled(c)) return 0;
+    return (c->dev.flags & slow) == 0;
+}
+
+/* Where the lean path finds the peer's transport and scope and the window's base and flags (a build may
+ * override it to compare, perf/CMakeLists.txt p2p_bench_pktab): 0, the default, the library's selections from
+ * the handle's inline entries and window slots (parameter bank; the tables beyond them); 1, read-only loads
+ * from the peer table and the window's table (ld.global.nc: neither changes while kernels may use it), one
+ * load each and independent of each other, an asm without side effects that the compiler may hoist out of the
+ * caller's loop, against about 80 instructions of selections. GPU code only. */
+#ifndef DION__PKT_LOOKUP
+#define DION__PKT_LOOKUP 0
+#endif
+
+#if DION__GPU && DION__PKT_LOOKUP == 1
+DION_HD uint64_t dion__pkt_ldnc(const void *p)
+{
+    uint64_t v;
+    asm("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(p));
+    return v;
+}
+#endif
+
+/* The lean path's target: rank's base of window w and the scope of accesses there; 0 when rank is not
+ * reached by loads and stores or has no base there (the caller then takes the full path, which records why).
+ */
+DION_HD int dion__pkt_target(const dion_ctx_t *c, dion_dwin_t w, int rank, char **base, uint32_t *scope)
+{
+#if DION__GPU && DION__PKT_LOOKUP == 1
+    uint64_t ts = dion__pkt_ldnc(&c->dev.peers[rank].transport); /* transport, then scope: one 8-byte word */
+    uint32_t t = (uint32_t)ts, wf = (uint32_t)(dion__pkt_ldnc(w) >> 32); /* magic, then flags */
+    *base = (char *)(uintptr_t)dion__pkt_ldnc(&dion__win_peer(w, rank)->base);
+    *scope = (uint32_t)(ts >> 32) | ((wf & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
+#else
+    /* both selections from the peer's inline entry side by side, so they share its index tests */
+    uint32_t t = dion__peer_transport(&c->dev, rank);
+    *scope = dion__p2p_scope(c, rank, w);
+    *base = dion__win_base(&c->dev, w, rank);
+#endif
+    /* no short circuit: the base's load goes out beside the transport's, not after a branch on it */
+    return ((t == DION_TRANSPORT_P2P) | (t == DION_TRANSPORT_SELF)) & (*base != NULL);
+}
+
+/* This rank's base of window w, for the lean wait. */
+DION_HD char *dion__pkt_own_base(const dion_ctx_t *c, dion_dwin_t w)
+{
+#if DION__GPU && DION__PKT_LOOKUP == 1
+    return (char *)(uintptr_t)dion__pkt_ldnc(&dion__win_peer(w, c->dev.rank)->base);
+#else
+    return dion__win_base(&c->dev, w, c->dev.rank);
+#endif
+}
+
 /* ---- put ---- */
+
+/* Thread r of n writes its units (r, r+n, ...) of the message: payload from src, sequence seq. With batch and
+ * an 8-byte aligned src the whole units go DION__PKT_BATCH at a time (all loads, then all stores); a partial
+ * last unit, unaligned sources and batch 0 go one at a time. */
+DION_HD void dion__pkt_put_units(uint64_t *to, const char *src, size_t bytes, uint32_t seq, uint32_t r,
+                                 uint32_t n, uint32_t scope, int batch)
+{
+    uint64_t flag = (uint64_t)seq << 32;
+    size_t units = (bytes + DION_PACKET_PAYLOAD - 1) / DION_PACKET_PAYLOAD; /* a shift */
+    if (units <= n) { /* at most one unit per thread (a thread's message of up to 8 bytes): no loop */
+        if (r < units) {
+            uint32_t lo, hi;
+            dion__pkt_gather(src, bytes, r, &lo, &hi);
+            dion__pkt_store(to + 2 * (size_t)r, flag | lo, flag | hi, scope);
+        }
+        return;
+    }
+    size_t u = r;
+    if (batch && ((uintptr_t)src & 7) == 0) {
+        size_t whole = bytes / DION_PACKET_PAYLOAD;
+        while (u < whole) { /* u ends at this thread's first unit past the whole ones */
+            uint64_t v[DION__PKT_BATCH];
+            uint32_t cnt = 0;
+            DION__PKT_UNROLL
+            for (int k = 0; k < DION__PKT_BATCH; k++)
+                if (u + (size_t)k * n < whole) v[k] = ((const uint64_t *)src)[u + (size_t)k * n], cnt++;
+            DION__PKT_UNROLL
+            for (int k = 0; k < DION__PKT_BATCH; k++)
+                if ((uint32_t)k < cnt)
+                    dion__pkt_store(to + 2 * (u + (size_t)k * n), flag | (uint32_t)v[k], flag | (v[k] >> 32),
+                                    scope);
+            u += (size_t)cnt * n;
+        }
+    }
+    for (; u < units; u += n) { /* a partial last unit, or an unaligned source */
+        uint32_t lo, hi;
+        dion__pkt_gather(src, bytes, u, &lo, &hi);
+        dion__pkt_store(to + 2 * u, flag | lo, flag | hi, scope);
+    }
+}
 
 DION_HD void dion__put_packet_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int peer, size_t dst_off,
                                     const void *src, size_t bytes, uint32_t seq)
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
+    /* The lean path: one flags test, the peer's transport, the window base and the scope, then the stores. */
+    if (dion__pkt_lean(&c)) {
+        char *base;
+        uint32_t scope;
+        if (dion__pkt_target(&c, dst, peer, &base, &scope)) {
+            dion__pkt_put_units((uint64_t *)(base + dst_off), (const char *)src, bytes, seq, r, n, scope,
+                                DION__PKT_BATCHES(g));
+            dion__group_sync(g);
+            return;
+        }
+    }
     int lead = r == 0;
     uint64_t t0 = dion__trace_start(&c);
     uint64_t span = DION_PACKET_SPAN(bytes);
@@ -171,14 +302,8 @@ DION_HD void dion__put_packet_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
     }
     if (!dion__pkt_peer_ok(&c, peer, DION_OP_PUT_PACKET, lead)) return;
     uint64_t *to = (uint64_t *)(dion__win_base(&c.dev, dst, peer) + dst_off);
-    uint32_t scope = dion__p2p_scope(&c, peer, dst);
-    uint64_t flag = (uint64_t)seq << 32;
-    size_t units = (size_t)(span / DION_PACKET_UNIT);
-    for (size_t u = r; u < units; u += n) {
-        uint32_t lo, hi;
-        dion__pkt_gather((const char *)src, bytes, u, &lo, &hi);
-        dion__pkt_store(to + 2 * u, flag | lo, flag | hi, scope);
-    }
+    dion__pkt_put_units(to, (const char *)src, bytes, seq, r, n, dion__p2p_scope(&c, peer, dst),
+                        DION__PKT_BATCHES(g));
     dion__group_sync(g);
     if (lead) {
         DION__STAT(&c, puts, 1);
@@ -189,50 +314,150 @@ DION_HD void dion__put_packet_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
 
 /* ---- wait ---- */
 
+/* Polls in a row before a poll loop looks at the abort word, the clock and the back-off: 128 on the GPU until
+ * the back-off starts (after 4096 polls), then 1, so a poll that finds nothing costs its load, the flag
+ * comparison and a count-down beside it (one taken branch, as in a hand-written loop). CPU mode: 1 (its
+ * back-off yields on every poll). */
+#if DION__GPU
+#define DION__PKT_ROUND(polls) ((polls) < 4096 ? 128u : 1u)
+#else
+#define DION__PKT_ROUND(polls) 1u
+#endif
+
+/* The rare part of a poll loop, after polls polls: abort word and clock every 128 polls, then the back-off.
+ * Returns DION_SUCCESS to keep polling, else the status to stop with. */
+DION_HD dion_status_t dion__pkt_rare(const dion_dev_t *d, uint32_t scope, uint32_t polls, uint64_t *start)
+{
+    if ((polls & 127) == 0) {
+        uint64_t ab = dion__ld_relaxed(dion__ctl_word(d, d->signals, DION_CTL_ABORT), scope);
+        if (ab) return (dion_status_t)ab;
+        uint64_t now = dion__time_ns();
+        if (*start == 0) *start = now;
+        if (d->wait_timeout_ns && now - *start > d->wait_timeout_ns) return DION_ERR_TIMEOUT;
+    }
+    dion__backoff(polls);
+    return DION_SUCCESS;
+}
+
+DION_HD int dion__pkt_whole(uint64_t w0, uint64_t w1, uint32_t seq)
+{
+    return (uint32_t)(w0 >> 32) == seq && (uint32_t)(w1 >> 32) == seq;
+}
+
+/* Polls unit u of the message at p until it carries seq in both words and copies its payload to dst: the
+ * inner loop is the load, the flag comparison and a count-down (the data is the flag: no separate signal, no
+ * fence). Stops on abort or timeout with *seen = the flag last read. */
+DION_HD dion_status_t dion__pkt_poll_one(const dion_dev_t *d, uint32_t scope, const uint64_t *p, char *dst,
+                                         size_t bytes, uint32_t seq, size_t u, uint32_t *polls,
+                                         uint64_t *start, uint32_t *seen)
+{
+    const uint64_t *q = p + 2 * u;
+    uint64_t w0, w1;
+    for (;;) {
+        uint32_t k = DION__PKT_ROUND(*polls);
+        *polls += k;
+        int whole;
+        do {
+            dion__pkt_load(q, &w0, &w1, scope);
+            whole = dion__pkt_whole(w0, w1, seq);
+        } while (!whole && --k);
+        if (whole) break;
+        dion_status_t st = dion__pkt_rare(d, scope, *polls, start);
+        if (st != DION_SUCCESS) {
+            *seen = (uint32_t)(w0 >> 32) != seq ? (uint32_t)(w0 >> 32) : (uint32_t)(w1 >> 32);
+            return st;
+        }
+    }
+    dion__pkt_scatter(dst, bytes, u, (uint32_t)w0, (uint32_t)w1);
+    return DION_SUCCESS;
+}
+
 /* Polls this thread's units (r, r+n, ...) of the message at p until each carries seq in both words, copying
- * their payload to dst; stops on abort or timeout. *seen: the flag last read from a unit that was not ready.
- */
+ * their payload to dst; stops on abort or timeout. With batch and an 8-byte aligned dst the whole units are
+ * polled DION__PKT_BATCH at a time (all loads, then the checks); a partial last unit, unaligned destinations
+ * and batch 0 one at a time. *seen: the flag last read from a unit that was not ready. */
 DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, char *dst, size_t bytes,
-                                     uint32_t seq, uint32_t r, uint32_t n, uint32_t *seen)
+                                     uint32_t seq, uint32_t r, uint32_t n, uint32_t *seen, int batch)
 {
     const dion_dev_t *d = &c->dev;
     uint32_t scope = dion__dev_scope(d);
-    size_t units = (size_t)(DION_PACKET_SPAN(bytes) / DION_PACKET_UNIT);
-    const uint64_t *abort_word = dion__ctl_word(d, d->signals, DION_CTL_ABORT);
+    size_t units = (bytes + DION_PACKET_PAYLOAD - 1) / DION_PACKET_PAYLOAD;
     uint64_t start = 0;
     uint32_t polls = 0;
-    for (size_t u = r; u < units; u += n) {
-        uint64_t w0, w1;
-        for (;;) {
-            /* DION__POLL_BATCH loads in a row with nothing but the comparison between them
-             * (device/common.cuh) */
-            int whole = 0;
-#if DION__POLL_BATCH > 1
-#pragma unroll
-#endif
-            for (int k = 0; k < DION__POLL_BATCH; k++) {
-                dion__pkt_load(p + 2 * u, &w0, &w1, scope);
-                if ((uint32_t)(w0 >> 32) == seq && (uint32_t)(w1 >> 32) == seq) {
-                    whole = 1;
-                    break;
+    if (units <= n) /* at most one unit per thread (a thread's message of up to 8 bytes) */
+        return r < units ? dion__pkt_poll_one(d, scope, p, dst, bytes, seq, r, &polls, &start, seen)
+                         : DION_SUCCESS;
+    size_t u = r;
+    if (batch && ((uintptr_t)dst & 7) == 0) {
+        size_t whole = bytes / DION_PACKET_PAYLOAD;
+        while (u < whole) { /* u ends at this thread's first unit past the whole ones */
+            uint32_t need = 0, done = 0, cnt = 0;
+            DION__PKT_UNROLL
+            for (int k = 0; k < DION__PKT_BATCH; k++)
+                if (u + (size_t)k * n < whole) need |= 1u << k, cnt++;
+            for (;;) {
+                uint32_t todo = need & ~done, flag = 0;
+                uint64_t a[DION__PKT_BATCH], b[DION__PKT_BATCH];
+                DION__PKT_UNROLL
+                for (int k = 0; k < DION__PKT_BATCH; k++)
+                    if ((todo >> k) & 1) dion__pkt_load(p + 2 * (u + (size_t)k * n), &a[k], &b[k], scope);
+                DION__PKT_UNROLL
+                for (int k = 0; k < DION__PKT_BATCH; k++) {
+                    if (!((todo >> k) & 1)) continue;
+                    if (dion__pkt_whole(a[k], b[k], seq)) {
+                        ((uint64_t *)dst)[u + (size_t)k * n] = (b[k] << 32) | (uint32_t)a[k];
+                        done |= 1u << k;
+                    } else {
+                        flag =
+                            (uint32_t)(a[k] >> 32) != seq ? (uint32_t)(a[k] >> 32) : (uint32_t)(b[k] >> 32);
+                    }
+                }
+                if (done == need) break;
+                /* a batch is a round of one poll: the bookkeeping's share is small next to its loads */
+                dion_status_t st = dion__pkt_rare(d, scope, ++polls, &start);
+                if (st != DION_SUCCESS) {
+                    *seen = flag;
+                    return st;
                 }
             }
-            if (whole) break;
-            /* The clock and the abort word only every 128 polls: the fast path is the load and compare. */
-            polls += DION__POLL_BATCH;
-            if ((polls & 127) == 0) {
-                uint64_t ab = dion__ld_relaxed(abort_word, scope);
-                *seen = (uint32_t)(w0 >> 32) != seq ? (uint32_t)(w0 >> 32) : (uint32_t)(w1 >> 32);
-                if (ab) return (dion_status_t)ab;
-                uint64_t now = dion__time_ns();
-                if (start == 0) start = now;
-                if (d->wait_timeout_ns && now - start > d->wait_timeout_ns) return DION_ERR_TIMEOUT;
-            }
-            dion__backoff(polls);
+            u += (size_t)cnt * n;
         }
-        dion__pkt_scatter(dst, bytes, u, (uint32_t)w0, (uint32_t)w1);
+    }
+    for (; u < units; u += n) { /* a partial last unit, or an unaligned destination */
+        dion_status_t st = dion__pkt_poll_one(d, scope, p, dst, bytes, seq, u, &polls, &start, seen);
+        if (st != DION_SUCCESS) return st;
     }
     return DION_SUCCESS;
+}
+
+/* The end of a group's wait: one status for the group (success only when every unit arrived), the leader's
+ * error record on a timeout, and for a warp the barrier after which every lane has the whole payload (a
+ * block's vote is already one). */
+DION_HD dion_status_t dion__pkt_wait_end(const dion_ctx_t *c, dion__group_t g, dion_dwin_t win, size_t off,
+                                         size_t bytes, uint32_t seq, dion_status_t st, uint32_t seen)
+{
+    const dion_dev_t *d = &c->dev;
+    if (dion__group_any(g, st != DION_SUCCESS)) {
+        uint64_t ab = dion__ld_relaxed(dion__ctl_word(d, d->signals, DION_CTL_ABORT), dion__dev_scope(d));
+        st = ab ? (dion_status_t)ab : DION_ERR_TIMEOUT;
+        if (dion__group_rank(g) == 0 && st == DION_ERR_TIMEOUT) {
+            uint64_t w0, w1;
+            dion__pkt_load((const uint64_t *)(dion__win_base(d, win, d->rank) + off), &w0, &w1,
+                           dion__dev_scope(d));
+            dion__err_t e = dion__err(DION_ERR_TIMEOUT, DION_OP_WAIT_PACKET, d->rank);
+            e.cmp = DION_CMP_EQ;
+            e.expected = seq;
+            e.observed = g == DION__THREAD ? seen : (uint32_t)(w0 >> 32); /* the first unit's flag */
+            e.offset = off;
+            e.bytes = bytes;
+            e.limit = d->wait_timeout_ns;
+            dion__record(c, e);
+            DION__STAT(c, wait_timeouts, 1);
+        }
+    } else if (g == DION__WARP) {
+        dion__group_sync(g);
+    }
+    return st;
 }
 
 DION_HD dion_status_t dion__wait_packet_group(dion_ctx_t c, dion__group_t g, dion_dwin_t win, size_t off,
@@ -241,42 +466,29 @@ DION_HD dion_status_t dion__wait_packet_group(dion_ctx_t c, dion__group_t g, dio
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
     int lead = r == 0;
     int me = c.dev.rank;
-    uint64_t span = DION_PACKET_SPAN(bytes);
-    if (dion__check_enabled(&c)) {
-        if (!dion__check_ctx(&c, DION_OP_WAIT_PACKET, lead) ||
-            !dion__pkt_check_seq(&c, seq, DION_OP_WAIT_PACKET, me, lead) ||
-            !dion__check_range(&c, win, me, off, span, DION_PACKET_UNIT, DION_OP_WAIT_PACKET, me, lead))
-            return DION_ERR_INVALID_ARG;
-    }
-    if (lead) DION__STAT(&c, waits, 1);
-    uint64_t t0 = dion__trace_start(&c);
-    const uint64_t *p = (const uint64_t *)(dion__win_base(&c.dev, win, me) + off);
     uint32_t seen = 0;
-    dion_status_t st = dion__pkt_poll(&c, p, (char *)dst, bytes, seq, r, n, &seen);
-    /* The group returns one status: success only when every unit arrived. The leader records one error. */
-    if (dion__group_any(g, st != DION_SUCCESS)) {
-        uint64_t ab =
-            dion__ld_relaxed(dion__ctl_word(&c.dev, c.dev.signals, DION_CTL_ABORT), dion__dev_scope(&c.dev));
-        st = ab ? (dion_status_t)ab : DION_ERR_TIMEOUT;
-        if (lead && st == DION_ERR_TIMEOUT) {
-            uint64_t w0, w1;
-            dion__pkt_load(p, &w0, &w1, dion__dev_scope(&c.dev));
-            dion__err_t e = dion__err(DION_ERR_TIMEOUT, DION_OP_WAIT_PACKET, me);
-            e.cmp = DION_CMP_EQ;
-            e.expected = seq;
-            e.observed = g == DION__THREAD ? seen : (uint32_t)(w0 >> 32); /* the first unit's flag */
-            e.offset = off;
-            e.bytes = bytes;
-            e.limit = c.dev.wait_timeout_ns;
-            dion__record(&c, e);
-            DION__STAT(&c, wait_timeouts, 1);
+    dion_status_t st;
+    if (dion__pkt_lean(&c)) { /* straight to the poll loop; the error path below is the same */
+        st = dion__pkt_poll(&c, (const uint64_t *)(dion__pkt_own_base(&c, win) + off), (char *)dst, bytes,
+                            seq, r, n, &seen, DION__PKT_BATCHES(g));
+        if (g == DION__THREAD && st == DION_SUCCESS) return st;
+    } else {
+        uint64_t span = DION_PACKET_SPAN(bytes);
+        if (dion__check_enabled(&c)) {
+            if (!dion__check_ctx(&c, DION_OP_WAIT_PACKET, lead) ||
+                !dion__pkt_check_seq(&c, seq, DION_OP_WAIT_PACKET, me, lead) ||
+                !dion__check_range(&c, win, me, off, span, DION_PACKET_UNIT, DION_OP_WAIT_PACKET, me, lead))
+                return DION_ERR_INVALID_ARG;
         }
-    } else if (g == DION__WARP) {
-        dion__group_sync(g); /* the whole payload is in dst for every thread of the warp (a block's vote is
-                                already a barrier) */
+        if (lead) DION__STAT(&c, waits, 1);
+        uint64_t t0 = dion__trace_start(&c);
+        st = dion__pkt_poll(&c, (const uint64_t *)(dion__win_base(&c.dev, win, me) + off), (char *)dst, bytes,
+                            seq, r, n, &seen, DION__PKT_BATCHES(g));
+        st = dion__pkt_wait_end(&c, g, win, off, bytes, seq, st, seen);
+        if (lead) DION__TRACE(&c, t0, DION_OP_WAIT_PACKET, me, 0, bytes, seq, seen, DION_CMP_EQ, st);
+        return st;
     }
-    if (lead) DION__TRACE(&c, t0, DION_OP_WAIT_PACKET, me, 0, bytes, seq, seen, DION_CMP_EQ, st);
-    return st;
+    return dion__pkt_wait_end(&c, g, win, off, bytes, seq, st, seen);
 }
 
 #endif /* DION_DEVICE_PACKET_CUH */

@@ -12,7 +12,9 @@
  * each bandwidth configuration writes a pattern of its own (the source is refilled with a new seed) that rank
  * 1 checks at 64 sampled pages. CSV rows impl,label,test,group,bytes,metric,value as bench_common.h writes
  * them; test names say the variant (bw_ldst_u8_b264_chunk = 16-byte loads, 8 in flight, 264 blocks, chunk
- * layout). */
+ * layout; _t256 / _t1024 threads per block other than 512; _cs / _na / _lu the cache hints;
+ * bw_tma_s4x32k_b132 = bulk copies, 4 stages of 32 KiB, 132 blocks; bw_get_* the peer's memory read into this
+ * rank's). */
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -104,10 +106,14 @@ __global__ void __launch_bounds__(group == 2 ? 1024 : 32, 1)
 }
 
 /* Packet ping-pong of `bytes` <= 8 from one thread: by hand (one 16-byte relaxed store of payload and
- * sequence, the receiver polls it and stores the payload) against dion_put_packet / dion_wait_packet. The
- * payload comes from the window at PP_SRC and lands at PP_DST, as in p2p_bench's packet rows. */
+ * sequence, the receiver polls it and stores the payload) against dion_put_packet / dion_wait_packet, and the
+ * two mixes that tell the send side's share of a gap from the wait side's. The payload comes from the window
+ * at PP_SRC and lands at PP_DST, as in p2p_bench's packet rows. mode: PK_* below. */
 #define PP_PKT (16ull << 20)
-template <int by_hand>
+enum { PK_DION = 0, PK_HAND_SEND = 1, PK_HAND_WAIT = 2, PK_HAND = 3 };
+static const char *const pk_names[] = {"ab_pkt_dion", "ab_pkt_hand_send_dion_wait",
+                                       "ab_pkt_dion_send_hand_wait", "ab_pkt_by_hand"};
+template <int mode>
 __global__ void __launch_bounds__(32, 1)
     pkt_pingpong(dion_dev_t dev, dion_dwin_t win, size_t bytes, int iters, int warmup, uint64_t base,
                  unsigned long long *out, char *mine, char *theirs)
@@ -121,7 +127,7 @@ __global__ void __launch_bounds__(32, 1)
         if (i == warmup + 1) t0 = bench_now_ns();
         for (int half = 0; half < 2; half++) {
             if ((half == 0) == initiator) {
-                if (by_hand) {
+                if (mode & PK_HAND_SEND) {
                     uint64_t v = *(const uint64_t *)(mine + PP_SRC), flag = (uint64_t)seq << 32;
                     dion__pkt_store((uint64_t *)(theirs + PP_PKT), flag | (uint32_t)v, flag | (v >> 32),
                                     pscope);
@@ -129,7 +135,7 @@ __global__ void __launch_bounds__(32, 1)
                     dion_put_packet(c, win, peer, PP_PKT, mine + PP_SRC, bytes, seq);
                 }
             } else {
-                if (by_hand) {
+                if (mode & PK_HAND_WAIT) {
                     uint64_t w0, w1;
                     do {
                         dion__pkt_load((const uint64_t *)(mine + PP_PKT), &w0, &w1, scope);
@@ -149,21 +155,39 @@ __global__ void __launch_bounds__(32, 1)
 
 /* 16-byte loads and stores, U loads in flight per thread before its stores. chunk layout: block b copies
  * bytes [b*chunk, (b+1)*chunk) (as dion_put_block per block does); grid-stride: element i goes to thread
- * i mod (blocks*threads) (as the hand-written copy kernel does). n16 is a multiple of U * threads here. */
+ * i mod (blocks*threads) (as the hand-written copy kernel does). n16 is a multiple of U * threads here.
+ * F, the cache hints (sm_90 has no wider than 16-byte global access; multimem is out, NVLS is disabled):
+ * F_PLAIN plain ld/st; F_CS streaming stores (st.global.cs: evict first, the line is not kept in L2);
+ * F_NA loads and stores that do not allocate in L1 (.L1::no_allocate); F_LU last-use loads (ld.global.lu)
+ * and streaming stores. */
+enum { F_PLAIN = 0, F_CS = 1, F_NA = 2, F_LU = 3 };
+static const char *const f_names[] = {"", "_cs", "_na", "_lu"};
 /* Volatile asm keeps the U loads ahead of the U stores (the compiler would otherwise interleave them). */
-static __device__ __forceinline__ ulonglong2 ld16(const ulonglong2 *p)
+template <int F> static __device__ __forceinline__ ulonglong2 ld16(const ulonglong2 *p)
 {
     ulonglong2 v;
-    asm volatile("ld.global.v2.u64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(p));
+    if (F == F_NA)
+        asm volatile("ld.global.L1::no_allocate.v2.u64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(p));
+    else if (F == F_LU)
+        asm volatile("ld.global.lu.v2.u64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(p));
+    else
+        asm volatile("ld.global.v2.u64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(p));
     return v;
 }
 
-static __device__ __forceinline__ void st16(ulonglong2 *p, ulonglong2 v)
+template <int F> static __device__ __forceinline__ void st16(ulonglong2 *p, ulonglong2 v)
 {
-    asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(v.x), "l"(v.y) : "memory");
+    if (F == F_CS || F == F_LU)
+        asm volatile("st.global.cs.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(v.x), "l"(v.y) : "memory");
+    else if (F == F_NA)
+        asm volatile("st.global.L1::no_allocate.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(v.x), "l"(v.y)
+                     : "memory");
+    else
+        asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(v.x), "l"(v.y) : "memory");
 }
 
-template <int U, int chunked> __global__ void bw_ldst(const ulonglong2 *src, ulonglong2 *dst, size_t n16)
+template <int U, int chunked, int F>
+__global__ void bw_ldst(const ulonglong2 *src, ulonglong2 *dst, size_t n16)
 {
     size_t hi, step, i;
     if (chunked) {
@@ -179,11 +203,11 @@ template <int U, int chunked> __global__ void bw_ldst(const ulonglong2 *src, ulo
     for (; i + (U - 1) * step < hi; i += U * step) {
         ulonglong2 t[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) t[u] = ld16(src + i + u * step);
+        for (int u = 0; u < U; u++) t[u] = ld16<F>(src + i + u * step);
 #pragma unroll
-        for (int u = 0; u < U; u++) st16(dst + i + u * step, t[u]);
+        for (int u = 0; u < U; u++) st16<F>(dst + i + u * step, t[u]);
     }
-    for (; i < hi; i += step) st16(dst + i, ld16(src + i));
+    for (; i < hi; i += step) st16<F>(dst + i, ld16<F>(src + i));
 }
 
 /* The bulk-copy engine: thread 0 of each block streams its contiguous chunk through S shared-memory stages of
@@ -318,8 +342,7 @@ int main(int argc, char **argv)
                                        group == 2 ? 1024 : 32, b});
     }
     if (bench_wants(&o, "packet")) {
-        pps.push_back({"ab_pkt_by_hand", "thread", 1, 1, 1, 8});
-        pps.push_back({"ab_pkt_dion", "thread", 1, 0, 1, 8});
+        for (int m = PK_HAND; m >= PK_DION; m--) pps.push_back({pk_names[m], "thread", 1, m, 1, 8});
     }
     for (const pp_t &pp : pps) {
         int iters, warmup;
@@ -343,10 +366,14 @@ int main(int argc, char **argv)
             AB_PS(PS_DWAIT, 1);
             AB_PS(PS_DWAIT, 2);
 #undef AB_PS
-            if (pp.kind == 1 && pp.impl == 1)
-                pkt_pingpong<1><<<1, 1>>>(dev, dwin, b, iters, warmup, base_value, out, base, theirs);
-            if (pp.kind == 1 && pp.impl == 0)
-                pkt_pingpong<0><<<1, 1>>>(dev, dwin, b, iters, warmup, base_value, out, base, theirs);
+#define AB_PK(m)                                                                                             \
+    if (pp.kind == 1 && pp.impl == m)                                                                        \
+    pkt_pingpong<m><<<1, 1>>>(dev, dwin, b, iters, warmup, base_value, out, base, theirs)
+            AB_PK(PK_DION);
+            AB_PK(PK_HAND_SEND);
+            AB_PK(PK_HAND_WAIT);
+            AB_PK(PK_HAND);
+#undef AB_PK
             BENCH_CHECK_LAUNCH(pp.name);
             BENCH_CHECK_CUDA(cudaDeviceSynchronize());
         }
@@ -368,49 +395,72 @@ int main(int argc, char **argv)
     if (want_bw) {
         struct cfg_t {
             std::string name;
-            int kind; /* 0 ldst, 1 tma, 2 copy engine, 3 ldst pulling (rank 0 reads rank 1's part: a get) */
+            /* 0 ldst, 1 tma, 2 copy engine, 3 ldst pulling (rank 0 reads rank 1's part: a get), 4 tma pulling
+             */
+            int kind;
             int unroll, chunked, blocks, threads;
             uint32_t stage;
             int stages;
+            int flavor; /* F_* for ldst */
         };
         std::vector<cfg_t> cfgs;
-        if (bench_wants(&o, "ce")) cfgs.push_back({"bw_copy_engine", 2, 0, 0, 0, 0, 0, 0});
+        auto ldst = [&](int kind, int u, int chunked, int blocks, int threads, int f) {
+            char nm[96];
+            char th[16] = "";
+            if (threads != 512) snprintf(th, sizeof th, "_t%d", threads);
+            snprintf(nm, sizeof nm, "bw_%sldst_u%d_b%d%s_%s%s", kind == 3 ? "get_" : "", u, blocks, th,
+                     chunked ? "chunk" : "stride", f_names[f]);
+            cfgs.push_back({nm, kind, u, chunked, blocks, threads, 0, 0, f});
+        };
+        auto tma = [&](int kind, uint32_t kib, int st, int blocks) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "bw_%stma_s%dx%uk_b%d", kind == 4 ? "get_" : "", st, kib, blocks);
+            cfgs.push_back({nm, kind, 0, 1, blocks, 32, kib * 1024, st, 0});
+        };
+        if (bench_wants(&o, "ce")) cfgs.push_back({"bw_copy_engine", 2, 0, 0, 0, 0, 0, 0, 0});
         if (bench_wants(&o, "bw")) {
             static const int unrolls[] = {1, 2, 4, 8, 16};
             static const int mult[] = {1, 2, 4, 8}; /* blocks per SM */
             for (int chunked = 0; chunked < 2; chunked++)
                 for (int u : unrolls)
-                    for (int m : mult) {
-                        char nm[96];
-                        snprintf(nm, sizeof nm, "bw_ldst_u%d_b%d_%s", u, m * sms,
-                                 chunked ? "chunk" : "stride");
-                        cfgs.push_back({nm, 0, u, chunked, m * sms, 512, 0, 0});
-                    }
+                    for (int m : mult) ldst(0, u, chunked, m * sms, 512, F_PLAIN);
+            /* cache hints on the deeper pipelines */
+            for (int f = F_CS; f <= F_LU; f++)
+                for (int chunked = 0; chunked < 2; chunked++)
+                    for (int u = 4; u <= 16; u *= 2)
+                        for (int m = 1; m <= 4; m *= 2) ldst(0, u, chunked, m * sms, 512, f);
+            /* warps per block: 8 and 32 instead of 16 */
+            for (int f = F_PLAIN; f <= F_CS; f++)
+                for (int u = 4; u <= 8; u *= 2) {
+                    for (int m = 2; m <= 8; m *= 2) ldst(0, u, 0, m * sms, 256, f);
+                    for (int m = 1; m <= 2; m++) ldst(0, u, 0, m * sms, 1024, f);
+                }
+            /* fewer SMs, deeper pipelines: does the link saturate before every SM pushes? */
+            for (int f = F_PLAIN; f <= F_CS; f++)
+                for (int u = 8; u <= 16; u *= 2)
+                    for (int div = 2; div <= 4; div *= 2) ldst(0, u, 0, sms / div, 1024, f);
             /* the other direction of the link for comparison: reads from the peer into this rank */
             for (int u = 4; u <= 8; u *= 2)
-                for (int m = 1; m <= 4; m *= 2) {
-                    char nm[96];
-                    snprintf(nm, sizeof nm, "bw_get_ldst_u%d_b%d_chunk", u, m * sms);
-                    cfgs.push_back({nm, 3, u, 1, m * sms, 512, 0, 0});
-                }
-            static const uint32_t stage_kib[] = {8, 16, 32};
-            static const int tma_mult[] = {1, 2};
-            for (uint32_t sk : stage_kib)
-                for (int m : tma_mult)
-                    for (int st = 2; st <= 4; st += 2) {
-                        if ((size_t)sk * 1024 * st + 128 > 200 * 1024) continue;
-                        char nm[96];
-                        snprintf(nm, sizeof nm, "bw_tma_s%dx%uk_b%d", st, sk, m * sms);
-                        cfgs.push_back({nm, 1, 0, 1, m * sms, 32, sk * 1024, st});
-                    }
+                for (int m = 1; m <= 4; m *= 2) ldst(3, u, 1, m * sms, 512, F_PLAIN);
+            /* bulk copies: stages x stage size x blocks per SM (shared memory per SM: 228 KiB) */
+            static const struct {
+                uint32_t kib;
+                int st;
+            } tc[] = {{8, 2}, {8, 4}, {16, 2}, {16, 4}, {32, 2}, {32, 4}, {32, 6}, {48, 4}, {64, 3}};
+            for (const auto &t : tc)
+                for (int m = 1; m <= 2; m++)
+                    if (((size_t)t.kib * 1024 * t.st + 128) * m <= 224 * 1024) tma(1, t.kib, t.st, m * sms);
+            tma(4, 16, 4, 2 * sms);
+            tma(4, 32, 4, sms);
+            tma(4, 64, 3, sms);
         }
         BENCH_CHECK_CUDA(
-            cudaFuncSetAttribute(bw_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+            cudaFuncSetAttribute(bw_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, 224 * 1024));
         int seed = 0;
         for (const cfg_t &cf : cfgs) {
             seed++;
             /* a fresh pattern per configuration (the rank number stands in for it), and a cleared target */
-            int pat = 16 + seed, pull = cf.kind == 3, writer = pull ? 1 : 0;
+            int pat = 16 + seed, pull = cf.kind == 3 || cf.kind == 4, writer = pull ? 1 : 0;
             if (rank_ == writer) { /* the rank whose [0, total) is copied */
                 bench_fill<<<sms * 4, 512>>>(base, total, pat);
                 BENCH_CHECK_LAUNCH("bench_fill");
@@ -424,22 +474,24 @@ int main(int argc, char **argv)
                     if (cf.kind == 2) {
                         BENCH_CHECK_CUDA(
                             cudaMemcpyAsync(theirs + total, base, total, cudaMemcpyDeviceToDevice));
-                    } else if (cf.kind == 1) {
+                    } else if (cf.kind == 1 || cf.kind == 4) {
                         bw_tma<<<cf.blocks, cf.threads, 128 + (size_t)cf.stage * cf.stages>>>(
-                            base, theirs + total, total, cf.stage, cf.stages);
+                            pull ? theirs : base, (pull ? base : theirs) + total, total, cf.stage, cf.stages);
                     } else {
                         const ulonglong2 *s = (const ulonglong2 *)(pull ? theirs : base);
                         ulonglong2 *d = (ulonglong2 *)((pull ? base : theirs) + total);
                         size_t n16 = total / 16;
-#define AB_BW(u)                                                                                             \
-    if (cf.unroll == u) {                                                                                    \
+#define AB_BWF(u, f)                                                                                         \
+    if (cf.unroll == u && cf.flavor == f) {                                                                  \
         if (cf.chunked)                                                                                      \
-            bw_ldst<u, 1><<<cf.blocks, cf.threads>>>(s, d, n16);                                             \
+            bw_ldst<u, 1, f><<<cf.blocks, cf.threads>>>(s, d, n16);                                          \
         else                                                                                                 \
-            bw_ldst<u, 0><<<cf.blocks, cf.threads>>>(s, d, n16);                                             \
+            bw_ldst<u, 0, f><<<cf.blocks, cf.threads>>>(s, d, n16);                                          \
     }
+#define AB_BW(u) AB_BWF(u, F_PLAIN) AB_BWF(u, F_CS) AB_BWF(u, F_NA) AB_BWF(u, F_LU)
                         AB_BW(1) AB_BW(2) AB_BW(4) AB_BW(8) AB_BW(16)
 #undef AB_BW
+#undef AB_BWF
                     }
                 });
             }

@@ -13,9 +13,13 @@ Prints these tables:
    for the same row (NVSHMEM's signal_op orders nothing: it is the peer of DION's relaxed signal, not of its
    release signal), and default/peer. The ref_* rows (test refpp) are the hand-written floors of the run.
 1b. the issue's ratio goals per variant: each DION row over its hand-written floor from the same run.
-2. ab_bench ping-pongs: the hand-written LSA-style put_signal against dion_put_signal_warp/_block, the
-   mixes (DION sends / hand waits and the reverse), and packets by hand against dion_put_packet.
-3. ab_bench bandwidth: the copy engine and the ten best kernel configurations per machine.
+2. ab_bench ping-pongs: the hand-written LSA-style put_signal against dion_put_signal_warp/_block and the
+   mixes (DION sends / hand waits and the reverse); 2b. packets 8 B thread by hand against dion_put_packet /
+   dion_wait_packet with the two mixes, per machine, with the goal (0.40 us one GPU, 0.85 us NVLink);
+   2c. packet against put_signal per size and group from bench.csv (the crossover).
+3. ab_bench 1 GiB bandwidth, both machines side by side: the copy engine (the target), the best configuration of
+   each family (ld/st plain, .cs, .L1::no_allocate, .lu; bulk copies; gets), the best 15, and the goal (>= 395
+   GB/s over NVLink) per machine; 3b. p2p_bench put_bw per build variant (stcs, u8cs, u8, tma when run).
 """
 import csv
 import sys
@@ -59,7 +63,8 @@ def main():
         return sum(v) / len(v) if v else None
 
     # every variant the run has, default first, then the known ones in this order, then any other
-    known = ["default", "wb8", "nochk", "lean", "slot0", "all", "w1", "w2", "bpick", "btab", "bhyb", "bbr"]
+    known = ["default", "wb8", "nochk", "lean", "slot0", "all", "w1", "w2", "bpick", "btab", "bhyb", "bbr", "pktab", "pk1", "stcs",
+             "u8", "u8cs", "tma"]
     present = {v for (_, v, _, _, _, _) in ab if v != "ab"}
     variants = [v for v in known if v in present] + sorted(present - set(known))
     if "default" not in variants:
@@ -107,20 +112,105 @@ def main():
                 cells = " ".join(f"{x:8.3f}" if x else f"{'-':>8}" for x in v)
                 ratio = f"{v[1] / v[0]:9.3f}" if v[0] and v[1] else ""
                 print(f"{w:12} {g:6} {b:8d} {cells} {ratio}")
-        h = mean(ab.get((w, "ab", "ab_pkt_by_hand", "thread", 8, "oneway_us"), []))
-        d = mean(ab.get((w, "ab", "ab_pkt_dion", "thread", 8, "oneway_us"), []))
-        if h and d:
-            print(f"{w:12} packet 8 B thread: by hand {h:.3f}  dion {d:.3f}  dion/hand {d / h:.3f}")
 
-    print("\n== 3. ab_bench 1 GiB put bandwidth, GB/s (median of 5): copy engine and the best 10 kernels")
+    # packets (issue 10 goal 3): by hand against DION in the same binary, the mixes, and the goal per machine
+    print("\n== 2b. packet 8 B thread ping-pong, one-way us (ab_bench): by hand, DION, and who sends / waits")
+    print(f"{'where':12} {'by hand':>8} {'dion':>8} {'hs+dw':>8} {'ds+hw':>8} {'dion/hand':>9} {'goal':>6} "
+          f"{'dion/goal':>9} {'p2p_bench':>9}")
+    goals = {"1gpu-mps": 0.40, "2gpu-nvlink": 0.85}
+    pk = ["ab_pkt_by_hand", "ab_pkt_dion", "ab_pkt_hand_send_dion_wait", "ab_pkt_dion_send_hand_wait"]
     for w in sorted({k[0] for k in ab}):
-        bw = [(mean(v), k[2]) for k, v in ab.items()
-              if k[0] == w and k[1] == "ab" and k[5] == "GBps_median" and k[2].startswith("bw_")]
-        ce = [x for x in bw if x[1] == "bw_copy_engine"]
-        for val, name in ce:
-            print(f"{w:12} {name:28} {val:8.1f}")
-        for val, name in sorted([x for x in bw if x[1] != "bw_copy_engine"], reverse=True)[:10]:
-            print(f"{w:12} {name:28} {val:8.1f}")
+        v = [mean(ab.get((w, "ab", n, "thread", 8, "oneway_us"), [])) for n in pk]
+        if not v[0] and not v[1]:
+            continue
+        pb = mean(ab.get((w, "default", "packet_pingpong", "thread", 8, "oneway_us"), []))
+        g = goals.get(w)
+        cells = " ".join(f"{x:8.3f}" if x else f"{'-':>8}" for x in v)
+        ratio = f"{v[1] / v[0]:9.3f}" if v[0] and v[1] else f"{'-':>9}"
+        gr = f"{v[1] / g:9.3f}" if g and v[1] else f"{'-':>9}"
+        print(f"{w:12} {cells} {ratio} {g if g else float('nan'):6.2f} {gr} "
+              f"{pb if pb else float('nan'):9.3f}")
+    print("   hs+dw: hand send, DION wait; ds+hw: DION send, hand wait; dion/goal <= 1 meets the goal; "
+          "p2p_bench: its packet_pingpong thread 8 B row (default build)")
+
+    # the crossover against put_signal (bench.csv, p2p_bench's packet and put_signal rows; perf/plot.py draws it)
+    lat = defaultdict(dict)  # (where, group, test) -> bytes -> us
+    for impl, label, test, group, nbytes, metric, value in rows(sys.argv[2] if len(sys.argv) > 2 else ""):
+        if impl == "dion" and metric == "oneway_us" and test in ("packet_pingpong", "put_signal_pingpong"):
+            lat[(label, group, test)][nbytes] = value
+    cx = sorted({(w, g) for (w, g, t) in lat if t == "packet_pingpong"})
+    if cx:
+        print("\n== 2c. packet against put_signal in bench.csv, one-way us per size (packet / put_signal)")
+        for w, g in cx:
+            pk, ps = lat[(w, g, "packet_pingpong")], lat.get((w, g, "put_signal_pingpong"), {})
+            sizes = sorted(b for b in pk if b in ps)
+            cross = [b for b in sizes if ps[b] < pk[b]]
+            cells = "  ".join(f"{b}: {pk[b]:.2f}/{ps[b]:.2f}" for b in sizes)
+            note = f"put_signal faster from {cross[0]} B" if cross else "packet faster at every size"
+            print(f"{w:12} {g:6} {note:32} {cells}")
+
+    # bandwidth (issue 10 goal 4): both machines side by side
+    print("\n== 3. ab_bench 1 GiB put bandwidth, GB/s (median of 6): copy engine, best per family, the best 15")
+    wheres = sorted({k[0] for k in ab if k[1] == "ab"})
+    bw = defaultdict(dict)  # test -> where -> GB/s
+    for k, v in ab.items():
+        if k[1] == "ab" and k[5] == "GBps_median" and k[2].startswith("bw_"):
+            bw[k[2]][k[0]] = mean(v)
+    if bw:
+        key = "2gpu-nvlink" if "2gpu-nvlink" in wheres else (wheres[0] if wheres else None)
+        print(f"{'config':34} " + " ".join(f"{w:>12}" for w in wheres) + "   (order: " + str(key) + ")")
+
+        def line(name, tag=""):
+            cells = " ".join(f"{bw[name].get(w, float('nan')):12.1f}" for w in wheres)
+            print(f"{name:34} {cells} {tag}")
+
+        if "bw_copy_engine" in bw:
+            line("bw_copy_engine", "<- target")
+
+        def family(name):
+            if name.startswith("bw_get_tma"):
+                return "get tma"
+            if name.startswith("bw_get_"):
+                return "get ldst"
+            if name.startswith("bw_tma"):
+                return "put tma"
+            for suf, f in (("_cs", "put ldst .cs"), ("_na", "put ldst .L1::no_allocate"), ("_lu", "put ldst .lu+.cs")):
+                if name.endswith(suf):
+                    return f
+            return "put ldst plain"
+
+        best = {}
+        for name, per in bw.items():
+            if name == "bw_copy_engine" or key not in per:
+                continue
+            f = family(name)
+            if f not in best or per[key] > bw[best[f]][key]:
+                best[f] = name
+        print("-- best per family (by " + str(key) + ")")
+        for f in sorted(best):
+            line(best[f], f"[{f}]")
+        print("-- the best 15 (by " + str(key) + ")")
+        ranked = sorted((n for n in bw if n != "bw_copy_engine" and key in bw[n]), key=lambda n: -bw[n][key])
+        for name in ranked[:15]:
+            line(name)
+        for w in wheres:
+            ce = bw.get("bw_copy_engine", {}).get(w)
+            top = max(((per[w], n) for n, per in bw.items()
+                       if n != "bw_copy_engine" and not n.startswith("bw_get_") and w in per), default=None)
+            if top:
+                msg = f"{w}: best put kernel {top[1]} {top[0]:.1f} GB/s"
+                if ce:
+                    msg += f" = {top[0] / ce:.3f} x copy engine ({ce:.1f})"
+                if w.startswith("2gpu"):
+                    msg += f"; goal >= 395: {'MET' if top[0] >= 395 else 'missed'}"
+                print(msg)
+    # the library's large puts per build variant (p2p_bench put_bw, when AB_TESTS has it)
+    pv = [(k, mean(v)) for k, v in ab.items() if k[2] == "put_bw" and k[5] == "GBps_median" and k[1] != "ab"]
+    if pv:
+        print("\n== 3b. p2p_bench put_bw (dion_put_block, 4 blocks per SM x 512 threads), GB/s, per build variant")
+        for w in sorted({k[0] for k, _ in pv}):
+            cells = "  ".join(f"{k[1]} {x:.1f}" for k, x in sorted(pv, key=lambda t: t[0][1]) if k[0] == w)
+            print(f"{w:12} {cells}")
     return 0
 
 

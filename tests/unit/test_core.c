@@ -1,5 +1,6 @@
 /* Unit tests of internal pieces: status strings, configuration parsing, unique-id encoding, frame headers,
- * comparisons, the device-side copy (the GPU algorithm, run here on the CPU) and the copy's group split.
+ * comparisons, the device-side copy (the GPU algorithm, run here on the CPU) and the copy's group split, and
+ * the packet units' writer and poll (device/packet.cuh, the same code GPU threads run).
  * Every check prints what failed; the exit status counts failures. */
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "dion/device/common.cuh"
+#include "dion/device/packet.cuh"
 #include "src/internal.h"
 
 static int failures;
@@ -232,6 +234,81 @@ static void test_copy_vec(void)
     free(src), free(dst), free(want);
 }
 
+/* Packet units (device/packet.cuh) with every thread of a group run in turn: each 8-byte word of the message
+ * carries the sequence in its high half and 4 payload bytes (zero past the payload) in its low half, nothing
+ * past the message is written, and the poll copies exactly the payload out; sizes across the one-unit, the
+ * batched (8-aligned source or destination, several units per thread) and the remainder paths, every
+ * alignment. Then a unit that never arrives: the poll gives up at the timeout and reports the flag it saw. */
+static void test_packet_units(void)
+{
+    enum { MAXB = 1300, WORDS = 2 * (MAXB / 8 + 1) + 4 };
+    static uint64_t win[WORDS];
+    static char src[MAXB + 16], dst[MAXB + 16], want[MAXB + 16];
+    static const uint32_t groups[] = {1, 3, 32, 40};
+    uint64_t signals[DION_CTL_WORDS + 1];
+    memset(signals, 0, sizeof signals);
+    dion_ctx_t c;
+    memset(&c, 0, sizeof c);
+    c.dev.signals = signals; /* num_signals 0: the abort word is signals[DION_CTL_ABORT], zero */
+    c.dev.wait_timeout_ns = 20 * 1000 * 1000;
+    int cases = 0, batched = 0;
+    for (int iter = 0; iter < 2500 && !failures; iter++) {
+        size_t bytes = iter < 400 ? (size_t)(iter % 200) + 1 : (size_t)(rnd() % MAXB) + 1;
+        size_t so = rnd() % 2 ? 0 : rnd() % 8, dof = rnd() % 2 ? 0 : rnd() % 8;
+        uint32_t g = groups[rnd() % 4], seq = (uint32_t)rnd() | 1u;
+        int batch = iter % 5 != 0; /* blocks never batch */
+        size_t units = (bytes + 7) / 8;
+        for (size_t i = 0; i < sizeof src; i++) src[i] = (char)rnd(), dst[i] = (char)0x5a;
+        for (size_t i = 0; i < WORDS; i++) win[i] = 0x0123456789abcdefull ^ i;
+        memcpy(want, dst, sizeof dst);
+        memcpy(want + dof, src + so, bytes);
+        for (uint32_t r = 0; r < g; r++)
+            dion__pkt_put_units(win, src + so, bytes, seq, r, g, DION_SCOPE_GPU, batch);
+        for (size_t w = 0; w < WORDS; w++) {
+            uint64_t v = win[w];
+            if (w >= 2 * units) {
+                CHECK(v == (0x0123456789abcdefull ^ w),
+                      "packet put bytes=%zu g=%u: word %zu past the message "
+                      "written",
+                      bytes, g, w);
+                continue;
+            }
+            uint32_t lo = 0;
+            for (size_t b = 0; b < 4; b++) {
+                size_t at = (w / 2) * 8 + (w % 2) * 4 + b;
+                if (at < bytes) lo |= (uint32_t)(uint8_t)src[so + at] << (8 * b);
+            }
+            CHECK((uint32_t)(v >> 32) == seq && (uint32_t)v == lo,
+                  "packet put bytes=%zu src+%zu g=%u: word %zu is %016llx, expected seq %08x payload %08x",
+                  bytes, so, g, w, (unsigned long long)v, seq, lo);
+        }
+        for (uint32_t r = 0; r < g; r++) {
+            uint32_t seen = 0;
+            dion_status_t st = dion__pkt_poll(&c, win, dst + dof, bytes, seq, r, g, &seen, batch);
+            CHECK(st == DION_SUCCESS, "packet poll bytes=%zu g=%u r=%u: %d", bytes, g, r, (int)st);
+        }
+        CHECK(memcmp(dst, want, sizeof dst) == 0,
+              "packet poll bytes=%zu src+%zu dst+%zu g=%u: payload differs", bytes, so, dof, g);
+        batched +=
+            batch && units > g && (((uintptr_t)(src + so) & 7) == 0 || ((uintptr_t)(dst + dof) & 7) == 0);
+        cases++;
+    }
+    CHECK(cases == 2500, "only %d packet cases ran", cases);
+    CHECK(batched > 300, "only %d packet cases took the batched path", batched);
+    /* unit 5 of 12 carries the previous sequence: a timeout naming it, for one thread and for a group */
+    for (uint32_t g = 1; g <= 32; g += 31) {
+        uint32_t seq = 77;
+        for (uint32_t r = 0; r < g; r++) dion__pkt_put_units(win, src, 96, seq, r, g, DION_SCOPE_GPU, 1);
+        win[2 * 5 + 1] = (uint64_t)(seq - 1) << 32;
+        dion_status_t st = DION_SUCCESS;
+        uint32_t seen = 0;
+        for (uint32_t r = 0; r < g && st == DION_SUCCESS; r++)
+            st = dion__pkt_poll(&c, win, dst, 96, seq, r, g, &seen, 1);
+        CHECK(st == DION_ERR_TIMEOUT && seen == seq - 1,
+              "packet poll of a stale unit (g=%u): status %d, seen %u", g, (int)st, seen);
+    }
+}
+
 int main(void)
 {
     dion__log_init();
@@ -240,6 +317,7 @@ int main(void)
     test_uid_and_frames();
     test_cmp();
     test_copy_vec();
+    test_packet_units();
     printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
 }
