@@ -8,6 +8,7 @@
 
 #include "dion/device/mlx5.cuh"
 #include "transports/gdaki/softnic/wqe_check.h"
+#include "transports/proxy/engine.h"
 
 static int failures;
 
@@ -215,8 +216,35 @@ static void test_doorbell(void)
     CHECK(syn == 0x02 && strstr(why, "opcode 0x08"), "a doorbell with an opcode: 0x%02x %s", syn, why);
 }
 
+/* The model's thread stays awake while the engine served peers' operations (shm: only inside poll), not only
+ * while its own QPs have work; an engine without the slot keeps the old rule. A fake engine whose served
+ * answers from a script and counts its calls. */
+static int served_answer, served_calls;
+static int fake_served(dion__engine_t *e)
+{
+    (void)e;
+    served_calls++;
+    return served_answer;
+}
+
+static void test_awake(void)
+{
+    dion__engine_ops_t with = {.name = "fake", .served = fake_served}, without = {.name = "fake-old"};
+    for (int busy = 0; busy < 2; busy++)
+        for (int ans = 0; ans < 2; ans++) {
+            served_answer = ans;
+            served_calls = 0;
+            int a = dion__engine_awake(&with, NULL, busy);
+            CHECK(a == (busy || ans), "busy %d served %d: awake %d", busy, ans, a);
+            /* asked only when idle: it may cost a provider call */
+            CHECK(served_calls == !busy, "busy %d: served asked %d times", busy, served_calls);
+            CHECK(dion__engine_awake(&without, NULL, busy) == busy, "no served slot, busy %d", busy);
+        }
+}
+
 int main(void)
 {
+    test_awake();
     test_kinds();
     test_broken();
     test_doorbell();

@@ -175,6 +175,15 @@ typedef struct dion__engine_ops {
     int (*served)(dion__engine_t *e);
 } dion__engine_ops_t;
 
+/* Whether a progress thread on this engine must stay awake: its own work (busy), else peers' operations that
+ * the last poll served (served; asked only when idle, since it may cost a provider call). Engines without the
+ * slot say 0: their thread naps after its idle spin, and peers' operations wait for its next poll. The
+ * proxy's threads and the gdaki softnic model both decide with this. */
+static inline int dion__engine_awake(const dion__engine_ops_t *E, dion__engine_t *e, int busy)
+{
+    return busy || (E->served && E->served(e));
+}
+
 /* The engines built into libdion, in the order the proxy prefers them. An engine built without its
  * library's headers still exists: its open says so. */
 extern const dion__engine_ops_t dion__engine_verbs;

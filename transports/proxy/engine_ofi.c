@@ -279,7 +279,7 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
     if (!e->rx_cntr)
         DION_LOG(DION_LOG_INFO,
                  "ofi: provider %s counts no remote operations (FI_RMA_EVENT): a rank that only receives "
-                 "naps after DION_PROXY_SPIN",
+                 "naps after its idle spin (a proxy thread: DION_PROXY_SPIN; the gdaki softnic model: 50 us)",
                  dion__ofi_prov_name(i));
     step = "fi_enable";
     if ((rc = fi_enable(e->ep))) goto fi_err;

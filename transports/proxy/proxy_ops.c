@@ -501,7 +501,7 @@ static int dion__px_poll_locked(dion__pxc_t *pc)
     int busy = total > 0;
     busy |= dion__pxs_progress(pc); /* notices from peers, acknowledgements of ours */
     /* peers' writes and atomics served here: a rank that only receives stays awake while they come */
-    if (!busy && pc->E->served) busy = pc->E->served(pc->e);
+    busy = dion__engine_awake(pc->E, pc->e, busy);
     for (dion__pxd_t *d = pc->devs; d && !busy; d = d->next)
         for (uint32_t i = 0; i < d->nrings; i++)
             if (d->glue[i].inflight) busy = 1;

@@ -415,6 +415,9 @@ static void *dion__snic_main(void *arg)
             busy |= dion__snic_serve(q);
             busy |= q->inflight != 0;
         }
+        /* a rank whose QPs are idle still serves its peers' writes and atomics (shm, tcp: only inside poll)
+         */
+        busy = dion__engine_awake(n->E, n->e, busy);
         pthread_mutex_unlock(&n->mu);
         if (busy) {
             idle_since = 0;
@@ -423,9 +426,9 @@ static void *dion__snic_main(void *arg)
         }
         uint64_t now = dion__now_ns();
         if (!idle_since) idle_since = now;
-        /* spin 50 us, then naps of 1 us doubling to 100 us: peers' operations on this rank progress only in
-         * this loop (tcp), so the nap bounds their latency (1 ms naps made the 4-rank suite five times
-         * slower) */
+        /* spin 50 us, then naps of 1 us doubling to 100 us: where the engine cannot tell served operations
+         * (tcp;ofi_rxm 1.17), peers' operations on this rank progress only in this loop, so the nap bounds
+         * their latency (1 ms naps made the 4-rank suite five times slower) */
         if (now - idle_since < 50000) continue;
         nap = nap ? (nap * 2 > 100000 ? 100000 : nap * 2) : 1000;
         struct timespec ts = {0, (long)nap};
