@@ -747,6 +747,19 @@ DION_HD void dion_put_counted_block(dion_ctx_t c, dion_dwin_t dst, int peer, siz
 
 /* ---- signals ---- */
 
+/* The leader's bookkeeping once a put_signal's signal is issued, whichever way it went. */
+DION_HD void dion__put_signal_done(const dion_ctx_t *c, int peer, uint32_t sig, dion_sig_op_t op,
+                                   uint64_t value, size_t bytes, uint32_t counter, uint64_t t0,
+                                   dion_status_t st)
+{
+    if (counter != DION__NO_COUNTER) dion__lcount_add(c, counter);
+    DION__STAT(c, puts, 1);
+    DION__STAT(c, put_bytes, bytes);
+    DION__STAT(c, signals, 1);
+    DION__TRACE(c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, st);
+    (void)peer, (void)sig, (void)value, (void)op, (void)t0, (void)st;
+}
+
 /* The p2p part of a put_signal once the call is known to be good; mode as in dion__put_p2p. */
 DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwin_t dst, int peer,
                                   size_t dst_off, dion_dwin_t src, size_t src_off, size_t bytes, uint32_t sig,
@@ -762,11 +775,7 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
         dion__gdaki_amo_route(c, peer)) { /* to itself: the signal through the loopback QP, after the data */
         dion__fence(DION_SCOPE_SYS);
         dion__gdaki_signal(c, peer, sig, (uint32_t)op & 1u, value, DION_OP_PUT_SIGNAL);
-        if (counter != DION__NO_COUNTER) dion__lcount_add(c, counter);
-        DION__STAT(c, puts, 1);
-        DION__STAT(c, put_bytes, bytes);
-        DION__STAT(c, signals, 1);
-        DION__TRACE(c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, DION_SUCCESS);
+        dion__put_signal_done(c, peer, sig, op, value, bytes, counter, t0, DION_SUCCESS);
         return;
     }
 #endif
@@ -775,11 +784,7 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
         dion__proxy_sig_route(c, peer)) { /* to itself: the signal through the proxy, after the data */
         dion__fence(DION_SCOPE_SYS);
         dion_status_t st = dion__proxy_signal(c, peer, sig, (uint32_t)op & 1u, value, DION_OP_PUT_SIGNAL);
-        if (counter != DION__NO_COUNTER) dion__lcount_add(c, counter);
-        DION__STAT(c, puts, 1);
-        DION__STAT(c, put_bytes, bytes);
-        DION__STAT(c, signals, 1);
-        DION__TRACE(c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, st);
+        dion__put_signal_done(c, peer, sig, op, value, bytes, counter, t0, st);
         (void)st;
         return;
     }
@@ -794,11 +799,7 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
             dion__red_add_release(word, value, scope);
         else
             dion__st_release(word, value, scope);
-        if (counter != DION__NO_COUNTER) dion__lcount_add(c, counter);
-        DION__STAT(c, puts, 1);
-        DION__STAT(c, put_bytes, bytes);
-        DION__STAT(c, signals, 1);
-        DION__TRACE(c, t0, DION_OP_PUT_SIGNAL, peer, sig, bytes, value, 0, (uint32_t)op, DION_SUCCESS);
+        dion__put_signal_done(c, peer, sig, op, value, bytes, counter, t0, DION_SUCCESS);
     }
     (void)t0;
 }

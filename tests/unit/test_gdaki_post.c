@@ -160,10 +160,8 @@ static void test_publish(void)
           (unsigned long long)x.st.ready_head);
 }
 
-static void test_pend(void)
+static dion__gdaki_wr_t fetch_add1(void)
 {
-    static qp_t x;
-    qp_init(&x);
     dion__gdaki_wr_t fa;
     memset(&fa, 0, sizeof fa);
     fa.kind = DION__GDAKI_WR_FETCH_ADD;
@@ -172,6 +170,14 @@ static void test_pend(void)
     fa.operand = 1;
     fa.cqe = 1;
     fa.result = 1;
+    return fa;
+}
+
+static void test_pend(void)
+{
+    static qp_t x;
+    qp_init(&x);
+    dion__gdaki_wr_t fa = fetch_add1();
     uint64_t at = 0;
     CHECK(dion__gdaki_post(&x.q, &fa, 1, NULL, 1000000000ull, &at) == DION_SUCCESS && at == 0, "fetch-add");
     CHECK(x.pend[0] == 1, "the fetching atomic's slot is not held (pend %llu)",
@@ -216,19 +222,6 @@ static dion__mlx5_resv_t lane_resv(uint64_t base, uint32_t k, uint32_t total)
     r.last = k + 1 == total;
     r.group = (1u << total) - 1u;
     return r;
-}
-
-static dion__gdaki_wr_t fetch_add1(void)
-{
-    dion__gdaki_wr_t fa;
-    memset(&fa, 0, sizeof fa);
-    fa.kind = DION__GDAKI_WR_FETCH_ADD;
-    fa.raddr = 4096;
-    fa.rkey = 9;
-    fa.operand = 1;
-    fa.cqe = 1;
-    fa.result = 1;
-    return fa;
 }
 
 static void test_lanes(void)
