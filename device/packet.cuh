@@ -396,14 +396,14 @@ DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, cha
             for (int k = 0; k < DION__PKT_BATCH; k++)
                 if (u + (size_t)k * n < whole) need |= 1u << k, cnt++;
             for (;;) {
-                uint32_t todo = need & ~done, flag = 0;
+                uint32_t unseen = need & ~done, flag = 0;
                 uint64_t a[DION__PKT_BATCH], b[DION__PKT_BATCH];
                 DION__PKT_UNROLL
                 for (int k = 0; k < DION__PKT_BATCH; k++)
-                    if ((todo >> k) & 1) dion__pkt_load(p + 2 * (u + (size_t)k * n), &a[k], &b[k], scope);
+                    if ((unseen >> k) & 1) dion__pkt_load(p + 2 * (u + (size_t)k * n), &a[k], &b[k], scope);
                 DION__PKT_UNROLL
                 for (int k = 0; k < DION__PKT_BATCH; k++) {
-                    if (!((todo >> k) & 1)) continue;
+                    if (!((unseen >> k) & 1)) continue;
                     if (dion__pkt_whole(a[k], b[k], seq)) {
                         ((uint64_t *)dst)[u + (size_t)k * n] = (b[k] << 32) | (uint32_t)a[k];
                         done |= 1u << k;

@@ -52,20 +52,29 @@ static uint32_t lkey_of(dion__engine_mr_t *mr)
     return ((dion__verbs_mr_t *)(void *)mr)->lkey;
 }
 
-void test_engine_ops(const char *lib, int *failures)
+/* The fake libibverbs' control block, reset to a RoCE port 2 that is ACTIVE and no injected failure; NULL
+ * (and a failure counted) when lib does not export it. */
+static fake_ibv_ctl_t *fake_ctl_open(const char *lib)
 {
-    fails = failures;
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     fake_ibv_control_fn f = NULL;
     if (h) *(void **)&f = dlsym(h, "fake_ibv_control");
     if (!f) {
         CHECK(0, "cannot reach the fake's control block in %s", lib);
-        return;
+        return NULL;
     }
     fake_ibv_ctl_t *ctl = f();
     ctl->link_layer = IBV_LINK_LAYER_ETHERNET;
     ctl->port2_state = IBV_PORT_ACTIVE;
     ctl->fail_at = -1;
+    return ctl;
+}
+
+void test_engine_ops(const char *lib, int *failures)
+{
+    fails = failures;
+    fake_ibv_ctl_t *ctl = fake_ctl_open(lib);
+    if (!ctl) return;
     int qps0 = ctl->live_qps, mrs0 = ctl->live_mrs;
     setenv("DION_IB_LIBRARY", lib, 1);
     setenv("DION_IB_QP_DEPTH", "16", 1); /* the smallest send queue: BUSY after 16 posts */
@@ -320,17 +329,8 @@ static dion_status_t post_until(dion__engine_t *e, dion__engine_t *other, int pe
 void test_engine_ondemand(const char *lib, int *failures)
 {
     fails = failures;
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    fake_ibv_control_fn f = NULL;
-    if (h) *(void **)&f = dlsym(h, "fake_ibv_control");
-    if (!f) {
-        CHECK(0, "cannot reach the fake's control block in %s", lib);
-        return;
-    }
-    fake_ibv_ctl_t *ctl = f();
-    ctl->link_layer = IBV_LINK_LAYER_ETHERNET;
-    ctl->port2_state = IBV_PORT_ACTIVE;
-    ctl->fail_at = -1;
+    fake_ibv_ctl_t *ctl = fake_ctl_open(lib);
+    if (!ctl) return;
     setenv("DION_IB_LIBRARY", lib, 1);
     setenv("DION_IB_CONNECT", "ondemand", 1);
     setenv("DION_WAIT_TIMEOUT", "500ms", 1);
