@@ -53,10 +53,11 @@ static uint32_t lkey_of(dion__engine_mr_t *mr)
 }
 
 /* The fake libibverbs' control block, reset to a RoCE port 2 that is ACTIVE and no injected failure; NULL
- * (and a failure counted) when lib does not export it. */
-static fake_ibv_ctl_t *fake_ctl_open(const char *lib)
+ * (and a failure counted) when lib does not export it. *handle: lib's handle for dlclose (or NULL). */
+static fake_ibv_ctl_t *fake_ctl_open(const char *lib, void **handle)
 {
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    *handle = h;
     fake_ibv_control_fn f = NULL;
     if (h) *(void **)&f = dlsym(h, "fake_ibv_control");
     if (!f) {
@@ -73,7 +74,8 @@ static fake_ibv_ctl_t *fake_ctl_open(const char *lib)
 void test_engine_ops(const char *lib, int *failures)
 {
     fails = failures;
-    fake_ibv_ctl_t *ctl = fake_ctl_open(lib);
+    void *h = NULL;
+    fake_ibv_ctl_t *ctl = fake_ctl_open(lib, &h);
     if (!ctl) return;
     int qps0 = ctl->live_qps, mrs0 = ctl->live_mrs;
     setenv("DION_IB_LIBRARY", lib, 1);
@@ -329,7 +331,8 @@ static dion_status_t post_until(dion__engine_t *e, dion__engine_t *other, int pe
 void test_engine_ondemand(const char *lib, int *failures)
 {
     fails = failures;
-    fake_ibv_ctl_t *ctl = fake_ctl_open(lib);
+    void *h = NULL;
+    fake_ibv_ctl_t *ctl = fake_ctl_open(lib, &h);
     if (!ctl) return;
     setenv("DION_IB_LIBRARY", lib, 1);
     setenv("DION_IB_CONNECT", "ondemand", 1);
