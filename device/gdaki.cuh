@@ -3,23 +3,24 @@
  * is a ConnectX through DEVX or the softnic model (transports/gdaki/softnic/); device code cannot tell them
  * apart. Descriptors: device/gdaki_proto.cuh; WQE and CQE bytes: device/mlx5.cuh; protocol: docs/gdaki.md.
  *
- * Posting (one work request or two per calling thread):
- *  1. reserve: the lanes of a warp that call together take their WQEBBs with one atomic (dion__mlx5_reserve);
- *  2. every lane waits until the NIC has completed what used its own slots one lap ago (polling the CQ) and
- *     a fetched value there was read;
+ * Posting (one work request or two per calling thread; dion__gdaki_post_resv):
+ *  1. reserve: the lanes of a warp that call together for one QP form a group and take their WQEBBs with
+ *     one atomic (dion__mlx5_reserve); every later step names the group's mask explicitly, so the group
+ *     stays together by synchronizing (on sm_70 and later nothing else keeps a warp's lanes together);
+ *  2. the group waits as one until the NIC has completed what used its slots one lap ago and the fetched
+ *     values there were read: every lane votes, only the first lane polls and decides an exit;
  *  3. every lane builds its own WQEs in parallel;
- *  4. every lane fences (its WQE bytes reach the NIC's memory first) and marks its own WQEs written (when
- *     the whole reservation is seen together after writing, its first lane marks for all of it); then
- *     whoever takes the QP's doorbell lock (a try-lock: nobody waits for it) publishes every written lane's
- *     WQEs that follow ready_head, in reservation order: one doorbell record, one doorbell, ready_head moved
- *     on. After unlocking it looks once more, so WQEs marked while the lock was held are never left behind.
- * No thread ever waits for another thread, nor relies on another lane's wait: on the GPU, lanes of one warp
- * that reserve apart (divergence) would otherwise wait on each other, and a lane that leaves a wait to its
- * group's leader was seen to run ahead of it (issue 9; dion__gdaki_post_resv says what happened). After the
- * reservation lanes synchronize only when all of them are seen together with nothing left to wait for, so
- * how the scheduler interleaves them does not matter. Completions are selective: a WQE asks for a CQE only
- * when its caller waits for it (get, fetching atomics, quiet's NOP) or when it covers a multiple of a quarter
- * ring (so that slot reuse never waits on a WQE that nobody will report). The CQ is collapsed: the NIC writes
+ *  4. the group synchronizes, and its first lane fences (the WQE bytes reach the NIC's memory first), marks
+ *     the group's range written, and publishes: whoever takes the QP's doorbell lock (a try-lock: nobody
+ *     waits for it) publishes every marked range that follows ready_head, in reservation order: one
+ *     doorbell record, one doorbell, ready_head moved on. After unlocking it looks once more, so ranges
+ *     marked while the lock was held are not left behind; and a waiter that finds marked ranges at
+ *     ready_head with the lock free publishes them itself, so a holder descheduled before that last look
+ *     stalls nobody.
+ * A waiter polls the CQ only when no other waiter of the QP is polling it (the others read cons_idx).
+ * Completions are selective: a WQE asks for a CQE only when its caller waits for it (get, fetching atomics,
+ * quiet's NOP) or when it covers a multiple of a quarter ring (so that slot reuse never waits on a WQE that
+ * nobody will report). The CQ is collapsed: the NIC writes
  * every CQE to entry 0, and the WQE index there is the completion watermark. dion_fence sets the NIC's fence
  * flag on the next WQE of each QP of the context; quiet polls the CQ (posting a signaled NOP when the latest
  * WQE asked for no CQE). An error CQE latches the QP's error (status and decoded syndrome); every later wait
@@ -137,6 +138,92 @@ DION_HD void dion__gdaki_fail(const dion_gdaki_qp_dev_t *q, dion_status_t s, uin
         dion__st_release(&q->st->err_info, info, DION__GDAKI_SSCOPE);
 }
 
+/* ---- publication ---- */
+
+/* The doorbell lock's holder, with ready_head at h: publishes [h, e) and every marked range that follows e
+ * (one doorbell record, one doorbell; e == h: only what is marked), moves ready_head on, unlocks, and looks
+ * once more. Returns nonzero when a mark waits at ready_head after the unlock (the caller tries the lock
+ * again). */
+DION_HD int dion__gdaki_publish_held(const dion_gdaki_qp_dev_t *q, uint64_t h, uint64_t e)
+{
+    dion_gdaki_qp_state_t *st = q->st;
+    uint32_t qs = dion__gdaki_qscope(q);
+    for (;;) { /* at most one lap: a mark lies beyond its position */
+        uint64_t m = dion__ld_acquire(&q->marks[e & q->wq_mask], DION__GDAKI_SSCOPE);
+        if (m <= e) break;
+        e = m;
+    }
+    if (e != h) {
+        /* the WQEs' bytes (written before their marks, or by this group) before the record */
+        dion__fence(qs);
+        dion__gdaki_st32(q->dbrec, dion__mlx5_dbr_sq_value((uint16_t)e), qs);
+        dion__fence(qs); /* the record before the doorbell */
+        dion__st_release(q->db, dion__mlx5_db_value((uint16_t)e, q->qpn), DION_SCOPE_SYS);
+        dion__st_release(&st->ready_head, e, DION__GDAKI_SSCOPE);
+    }
+    dion__st_release(&st->db_lock, 0, DION__GDAKI_SSCOPE);
+    dion__gdaki_fence_sc();
+    h = dion__ld_relaxed(&st->ready_head, DION__GDAKI_SSCOPE);
+    return dion__ld_acquire(&q->marks[h & q->wq_mask], DION__GDAKI_SSCOPE) > h;
+}
+
+/* Publishes every written group's WQEs that follow ready_head, when the doorbell lock is free (else its
+ * holder does it). The holder writes the doorbell record, then the doorbell (the NIC reads the record first),
+ * then moves ready_head; after unlocking it looks again, and goes on while a mark is waiting at ready_head. A
+ * group marks before it tries the lock, and the holder unlocks before it looks: with the fences between, one
+ * of the two sees the other, so no written WQE stays unpublished while both run. When the holder is
+ * descheduled between its unlock and its last look, waiters finish the publication (dion__gdaki_progress). */
+DION_HD void dion__gdaki_publish(const dion_gdaki_qp_dev_t *q)
+{
+    dion_gdaki_qp_state_t *st = q->st;
+    for (;;) {
+        dion__gdaki_fence_sc();
+        if (dion__atom_cas(&st->db_lock, 0, 1, DION__GDAKI_SSCOPE) != 0) return;
+        dion__gdaki_fence_sc();
+        uint64_t h = dion__ld_relaxed(&st->ready_head, DION__GDAKI_SSCOPE);
+        if (!dion__gdaki_publish_held(q, h, h)) return;
+    }
+}
+
+/* DION_GDAKI_LOCK_FIRST (default 1): a group whose range starts at ready_head tries the doorbell lock before
+ * it marks; holding it, it publishes its range (and the marked ones after it) without a mark, one system
+ * fence and two sequentially consistent fences fewer. 0: every group marks, then publishes (an A/B on the
+ * GPU). */
+#ifndef DION_GDAKI_LOCK_FIRST
+#define DION_GDAKI_LOCK_FIRST 1
+#endif
+
+/* The group's first lane, after the group's sync: publishes the group's written range [base, end), or marks
+ * it and leaves it to the doorbell lock's holder. */
+DION_HD void dion__gdaki_publish_range(const dion_gdaki_qp_dev_t *q, uint64_t base, uint64_t end)
+{
+#if DION_GDAKI_LOCK_FIRST
+    dion_gdaki_qp_state_t *st = q->st;
+    /* ready_head cannot pass base before this range is published, so reading base means it is there; the
+     * acquire orders the previous holder's doorbell record before this one (the record never goes back) */
+    if (dion__ld_acquire(&st->ready_head, DION__GDAKI_SSCOPE) == base &&
+        dion__atom_cas(&st->db_lock, 0, 1, DION__GDAKI_SSCOPE) == 0) {
+        if (dion__gdaki_publish_held(q, base, end)) dion__gdaki_publish(q);
+        return;
+    }
+#endif
+    dion__fence(dion__gdaki_qscope(q)); /* cumulative after the sync: every lane's WQE bytes first */
+    dion__st_release(&q->marks[base & q->wq_mask], end, DION__GDAKI_SSCOPE);
+    dion__gdaki_publish(q);
+}
+
+/* Back-off of gdaki's waits. On the GPU a short sleep from the first turn on lets the scheduler run the
+ * warp's other paths (the lane that owns the slot at ready_head may be one of them), and the cap keeps a
+ * waiter's reaction within about half a microsecond. */
+DION_HD void dion__gdaki_backoff(uint32_t polls)
+{
+#if DION__GPU
+    __nanosleep(polls < 32 ? 32 : polls < 1024 ? 128 : 512);
+#else
+    dion__cpu_pause(polls);
+#endif
+}
+
 /* ---- completions ---- */
 
 /* The 64-bit completion count a CQE's 16-bit WQE index lo (1 + the index) stands for, given cons, a value
@@ -183,37 +270,71 @@ DION_HD uint64_t dion__gdaki_poll_cq(const dion_gdaki_qp_dev_t *q)
     return dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE);
 }
 
+/* One turn of a wait for cons_idx >= target. The CQ (host or NIC memory, far away) is read by one waiter
+ * of the QP at a time; the others read cons_idx, and one that found the poller busy for 64 turns in a row
+ * polls anyway (polling is safe beside another poller: cons_idx only rises), so a descheduled poller holds
+ * nobody up. When target is not published yet, marks are waiting at ready_head and nobody holds the
+ * doorbell lock, the waiter publishes them itself: their group may have left them to a lock holder that
+ * was descheduled between its unlock and its last look. *busy: the caller's count of busy turns (start 0).
+ * Returns cons_idx. */
+DION_HD uint64_t dion__gdaki_progress(const dion_gdaki_qp_dev_t *q, uint64_t target, uint32_t *busy)
+{
+    dion_gdaki_qp_state_t *st = q->st;
+    uint64_t c;
+    if (*busy >= 64) {
+        c = dion__gdaki_poll_cq(q);
+        *busy = 0;
+    } else if (dion__ld_relaxed(&st->poller, DION__GDAKI_SSCOPE) == 0 &&
+               dion__atom_cas(&st->poller, 0, 1, DION__GDAKI_SSCOPE) == 0) {
+        c = dion__gdaki_poll_cq(q);
+        dion__st_release(&st->poller, 0, DION__GDAKI_SSCOPE);
+        *busy = 0;
+    } else {
+        c = dion__ld_acquire(&st->cons_idx, DION__GDAKI_SSCOPE);
+        ++*busy;
+    }
+    if (c < target) {
+        uint64_t h = dion__ld_relaxed(&st->ready_head, DION__GDAKI_SSCOPE);
+        if (h < target && dion__ld_relaxed(&st->db_lock, DION__GDAKI_SSCOPE) == 0 &&
+            dion__ld_acquire(&q->marks[h & q->wq_mask], DION__GDAKI_SSCOPE) > h)
+            dion__gdaki_publish(q);
+    }
+    return c;
+}
+
+/* The exits of a wait, checked by its polling thread every few turns: the QP's latched error, the comm's
+ * abort (abort_word), the timeout (timeout_ns after *start, which the first check sets; 0: never). */
+DION_HD dion_status_t dion__gdaki_wait_exit(const dion_gdaki_qp_dev_t *q, uint32_t polls,
+                                            const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *start)
+{
+    uint64_t e = dion__ld_relaxed(&q->st->err, DION__GDAKI_SSCOPE);
+    if (e) return (dion_status_t)e;
+    if ((polls & 15) != 15) return DION_SUCCESS;
+    uint64_t ab = abort_word ? dion__ld_relaxed(abort_word, DION_SCOPE_SYS) : 0;
+    if (ab) return (dion_status_t)ab;
+    uint64_t now = dion__time_ns();
+    if (*start == 0) *start = now;
+    if (timeout_ns && now - *start > timeout_ns) return DION_ERR_TIMEOUT;
+    return DION_SUCCESS;
+}
+
 /* Polls until cons_idx >= target, the QP failed, the comm was aborted (abort_word), or timeout_ns passed (0:
  * never). *seen gets the last cons_idx. */
 DION_HD dion_status_t dion__gdaki_wait_cons(const dion_gdaki_qp_dev_t *q, uint64_t target,
                                             const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *seen)
 {
     uint64_t start = 0, c = 0;
+    uint32_t busy = 0;
+    dion_status_t s = DION_SUCCESS;
     for (uint32_t polls = 0;; polls++) {
-        c = dion__gdaki_poll_cq(q);
+        c = dion__gdaki_progress(q, target, &busy);
         if (c >= target) break;
-        uint64_t e = dion__ld_relaxed(&q->st->err, DION__GDAKI_SSCOPE);
-        if (e) {
-            *seen = c;
-            return (dion_status_t)e;
-        }
-        if ((polls & 127) == 127) {
-            uint64_t ab = abort_word ? dion__ld_relaxed(abort_word, DION_SCOPE_SYS) : 0;
-            if (ab) {
-                *seen = c;
-                return (dion_status_t)ab;
-            }
-            uint64_t now = dion__time_ns();
-            if (start == 0) start = now;
-            if (timeout_ns && now - start > timeout_ns) {
-                *seen = c;
-                return DION_ERR_TIMEOUT;
-            }
-        }
-        dion__backoff(polls + 1);
+        s = dion__gdaki_wait_exit(q, polls, abort_word, timeout_ns, &start);
+        if (s != DION_SUCCESS) break;
+        dion__gdaki_backoff(polls);
     }
     *seen = c;
-    return DION_SUCCESS;
+    return s;
 }
 
 /* Polls until the fetched value of the WQE one lap before position p was read (pend clear), with the exits
@@ -224,16 +345,9 @@ DION_HD dion_status_t dion__gdaki_wait_read(const dion_gdaki_qp_dev_t *q, uint64
     uint64_t start = 0;
     const uint64_t *w = &q->pend[p & q->wq_mask];
     for (uint32_t polls = 0; dion__ld_acquire(w, DION__GDAKI_SSCOPE) != 0; polls++) {
-        uint64_t e = dion__ld_relaxed(&q->st->err, DION__GDAKI_SSCOPE);
-        if (e) return (dion_status_t)e;
-        if ((polls & 127) == 127) {
-            uint64_t ab = abort_word ? dion__ld_relaxed(abort_word, DION_SCOPE_SYS) : 0;
-            if (ab) return (dion_status_t)ab;
-            uint64_t now = dion__time_ns();
-            if (start == 0) start = now;
-            if (timeout_ns && now - start > timeout_ns) return DION_ERR_TIMEOUT;
-        }
-        dion__backoff(polls + 1);
+        dion_status_t s = dion__gdaki_wait_exit(q, polls, abort_word, timeout_ns, &start);
+        if (s != DION_SUCCESS) return s;
+        dion__gdaki_backoff(polls);
     }
     return DION_SUCCESS;
 }
@@ -300,54 +414,32 @@ DION_HD void dion__gdaki_build(const dion_gdaki_qp_dev_t *q, uint64_t pos, const
 
 /* ---- posting ---- */
 
-/* Publishes every written lane's WQEs that follow ready_head, when the doorbell lock is free (else its holder
- * does it). The holder writes the doorbell record, then the doorbell (the NIC reads the record first), then
- * moves ready_head; after unlocking it looks again, and goes on while a mark is waiting at ready_head. A
- * lane marks before it tries the lock, and the holder unlocks before it looks: with the fences between, one
- * of the two sees the other, so no written WQE stays unpublished. */
-DION_HD void dion__gdaki_publish(const dion_gdaki_qp_dev_t *q)
+/* Whether this lane's slots [slot, slot + n) are free for a group that needs cons_idx >= need: the WQEs of
+ * one lap ago are complete (acquire: the pend words after it) and their fetched values were read. */
+DION_HD int dion__gdaki_slots_free(const dion_gdaki_qp_dev_t *q, uint64_t slot, uint32_t n, uint64_t need)
 {
-    dion_gdaki_qp_state_t *st = q->st;
-    uint32_t qs = dion__gdaki_qscope(q);
-    for (;;) {
-        dion__gdaki_fence_sc();
-        if (dion__atom_cas(&st->db_lock, 0, 1, DION__GDAKI_SSCOPE) != 0) return;
-        dion__gdaki_fence_sc();
-        uint64_t h = dion__ld_relaxed(&st->ready_head, DION__GDAKI_SSCOPE), e = h;
-        for (;;) { /* at most one lap: a mark lies beyond its position */
-            uint64_t m = dion__ld_acquire(&q->marks[e & q->wq_mask], DION__GDAKI_SSCOPE);
-            if (m <= e) break;
-            e = m;
-        }
-        if (e != h) {
-            dion__fence(qs); /* the marked WQEs' bytes (fenced by their writers) before the record */
-            dion__gdaki_st32(q->dbrec, dion__mlx5_dbr_sq_value((uint16_t)e), qs);
-            dion__fence(qs); /* the record before the doorbell */
-            dion__st_release(q->db, dion__mlx5_db_value((uint16_t)e, q->qpn), DION_SCOPE_SYS);
-            dion__st_release(&st->ready_head, e, DION__GDAKI_SSCOPE);
-        }
-        dion__st_release(&st->db_lock, 0, DION__GDAKI_SSCOPE);
-        dion__gdaki_fence_sc();
-        h = dion__ld_relaxed(&st->ready_head, DION__GDAKI_SSCOPE);
-        if (dion__ld_acquire(&q->marks[h & q->wq_mask], DION__GDAKI_SSCOPE) <= h) return;
-    }
+    if (!need) return 1;
+    if (dion__ld_acquire(&q->st->cons_idx, DION__GDAKI_SSCOPE) < need) return 0;
+    for (uint32_t k = 0; k < n; k++)
+        if (dion__ld_acquire(&q->pend[(slot + k) & q->wq_mask], DION__GDAKI_SSCOPE) != 0) return 0;
+    return 1;
 }
 
-/* Posts nwr (1 or 2) work requests of the calling thread into its reservation r (its WQEBBs [r->slot, r->slot
- * + the WRs' WQEBBs)), in order. *start gets the 64-bit start of this thread's last WQE (it is complete once
- * cons_idx > *start). A failure to get the slots within the timeout fails the QP (the slots could not be
- * filled, so nothing after them may be published).
+/* Posts nwr (1 or 2) work requests of the calling lane into its reservation r (its WQEBBs [r->slot, r->slot +
+ * the WRs' WQEBBs)), in order; every lane of r's group calls it together. *start gets the 64-bit start of
+ * this lane's last WQE (complete once cons_idx > *start). Returns the same status on every lane.
  *
- * Every lane waits for its own slots, writes its own WQEs and marks only them: nothing here depends on
- * another lane of the reservation (issue 9). Before, the group's leader waited for all the group's slots and
- * passed its status to the other lanes with a __shfl_sync. On the H200, lanes went on while their leader was
- * still waiting (gdaki_post_gpu's stall report: fetch-adds at WQEs 1047..1049 posted with their pend words
- * set while cons_idx was 773, short of the 792 their slots needed, and their leader had not marked). Such a
- * lane holds a pend word that the leader of the slot's lap (or of its own group) then waits for, while the
- * lane's fetch-add cannot complete before that leader's WQEs are published: a cycle, and posting stopped
- * with WQE 773 reserved and never written. A leader that marks for its whole group could equally publish
- * lanes that have not written yet, unless the whole group is seen together after writing (the fast path
- * below). Only the reservation's first lane takes the fence flag. */
+ * The group stays together by construction (issue 9): it waits as one (every lane votes "my slots are
+ * free" with __all_sync over the group's mask; only the first lane polls the CQ and decides an exit, and
+ * its status reaches every lane), so no lane writes a slot, or sets a pend word, before every slot of the
+ * group is free; then every lane builds its WQEs, the group synchronizes, and the first lane marks and
+ * publishes the group's whole range once (one fence, one doorbell). The group synchronizes once more
+ * before it returns, so the lane in the publication is never left to the scheduler's mercy among its
+ * spinning lane mates. A failure to get the slots within the timeout fails the QP (the slots could not be
+ * filled, so nothing after them may be published). Before (issue 9, H200): lanes decided on their own,
+ * testing __activemask after writing; that is no convergence point on sm_70 and later, the warp split in
+ * the waits, and each lane published alone (a system fence and a lock attempt per WQE), every later WQE
+ * waiting on whichever split-off lane owned the slot at ready_head. */
 DION_HD dion_status_t dion__gdaki_post_resv(const dion_gdaki_qp_dev_t *q, const dion__mlx5_resv_t *r,
                                             const dion__gdaki_wr_t *wr, uint32_t nwr,
                                             const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *start)
@@ -355,22 +447,29 @@ DION_HD dion_status_t dion__gdaki_post_resv(const dion_gdaki_qp_dev_t *q, const 
     dion_gdaki_qp_state_t *st = q->st;
     uint32_t n0 = dion__gdaki_wr_wqebbs(&wr[0]);
     uint32_t n1 = nwr > 1 ? dion__gdaki_wr_wqebbs(&wr[1]) : 0, n = n0 + n1;
-    uint64_t nwq = (uint64_t)q->wq_mask + 1, seen = 0;
-    dion_status_t s = DION_SUCCESS;
-    /* 2. this lane's slots are free once the WQEs of one lap ago are complete and their fetched values read
-     */
-    uint64_t need = r->slot + n > nwq ? r->slot + n - nwq : 0;
-    if (need && dion__ld_acquire(&st->cons_idx, DION__GDAKI_SSCOPE) < need) /* acquire: pend after it */
-        s = dion__gdaki_wait_cons(q, need, abort_word, timeout_ns, &seen);
-    for (uint64_t p = r->slot; need && p < r->slot + n && s == DION_SUCCESS; p++)
-        s = dion__gdaki_wait_read(q, p, abort_word, timeout_ns);
-    if (s == DION_SUCCESS) s = (dion_status_t)dion__ld_relaxed(&st->err, DION__GDAKI_SSCOPE);
-    if (s != DION_SUCCESS) {
-        dion__gdaki_fail(q, s, 0);
-        return s;
+    uint64_t nwq = (uint64_t)q->wq_mask + 1;
+    int first = dion__resv_first(r);
+    /* 2. one wait for the whole group: the slots of one lap ago complete and their fetched values read */
+    uint64_t need = r->base + r->total > nwq ? r->base + r->total - nwq : 0, t0 = 0;
+    uint32_t busy = 0;
+    for (uint32_t polls = 0;; polls++) {
+        int ok = dion__resv_all(r, dion__gdaki_slots_free(q, r->slot, n, need));
+        uint64_t s = 0;
+        if (first) {
+            s = dion__ld_relaxed(&st->err, DION__GDAKI_SSCOPE);
+            if (!s && !ok) {
+                (void)dion__gdaki_progress(q, need, &busy);
+                s = (uint64_t)dion__gdaki_wait_exit(q, polls, abort_word, timeout_ns, &t0);
+                if (s) dion__gdaki_fail(q, (dion_status_t)s, 0);
+            }
+        }
+        s = dion__resv_bcast(r, s);
+        if (s) return (dion_status_t)s;
+        if (ok) break;
+        dion__gdaki_backoff(polls);
     }
     uint8_t fence = 0;
-    if (r->slot == r->base && dion__ld_relaxed(&st->fence, DION__GDAKI_SSCOPE) &&
+    if (first && dion__ld_relaxed(&st->fence, DION__GDAKI_SSCOPE) &&
         dion__atom_cas(&st->fence, 1, 0, DION__GDAKI_SSCOPE) == 1)
         fence = DION__MLX5_CTRL_FM_FENCE;
     /* 3. build */
@@ -386,38 +485,21 @@ DION_HD dion_status_t dion__gdaki_post_resv(const dion_gdaki_qp_dev_t *q, const 
         pos += ni;
     }
     if (start) *start = last;
-#if DION__GPU
-    if (__activemask() == r->group) {
-        /* 4. mark written, then publish (or leave it to the doorbell lock's holder). The fast path: the whole
-         * reservation executes this together, so every lane has written its WQEs (nobody is still in a slot
-         * wait): one mark and one publication for all, by the first lane. Lanes that arrive apart (one still
-         * waiting for its slot, or lanes of another reservation among them) see another mask and all take the
-         * path below; this test never relies on another lane's wait. */
-        uint32_t lw = (uint32_t)(last + 1u - r->base), ls = sig ? (uint32_t)(sig - r->base) : 0u;
-        lw = __reduce_max_sync(r->group, lw);
-        ls = __reduce_max_sync(r->group, ls);
-        __syncwarp(r->group); /* the lanes' WQE bytes before the first lane's fence and mark */
-        if (r->slot == r->base) {
-            dion__gdaki_atom_max(&st->last_wqe, r->base + lw, DION__GDAKI_SSCOPE);
-            if (ls) dion__gdaki_atom_max(&st->last_sig, r->base + ls, DION__GDAKI_SSCOPE);
-            dion__fence(dion__gdaki_qscope(q)); /* cumulative after the sync */
-            dion__st_release(&q->marks[r->base & q->wq_mask], r->base + r->total, DION__GDAKI_SSCOPE);
-            dion__gdaki_publish(q);
-        }
-        return DION_SUCCESS;
+    /* 4. one mark and one publication for the group, by its first lane, after every lane wrote */
+    uint32_t lw = dion__resv_max(r, (uint32_t)(last + 1u - r->base));
+    uint32_t ls = dion__resv_max(r, sig ? (uint32_t)(sig - r->base) : 0u);
+    dion__resv_sync(r); /* the lanes' WQE bytes before the first lane's fence and mark */
+    if (first) {
+        dion__gdaki_atom_max(&st->last_wqe, r->base + lw, DION__GDAKI_SSCOPE);
+        if (ls) dion__gdaki_atom_max(&st->last_sig, r->base + ls, DION__GDAKI_SSCOPE);
+        dion__gdaki_publish_range(q, r->base, r->base + r->total);
     }
-#endif
-    /* 4. mark written, then publish (or leave it to the doorbell lock's holder): each lane for itself */
-    dion__gdaki_atom_max(&st->last_wqe, last + 1, DION__GDAKI_SSCOPE);
-    if (sig) dion__gdaki_atom_max(&st->last_sig, sig, DION__GDAKI_SSCOPE);
-    dion__fence(dion__gdaki_qscope(q)); /* this lane's WQE bytes first */
-    dion__st_release(&q->marks[r->slot & q->wq_mask], r->slot + n, DION__GDAKI_SSCOPE);
-    dion__gdaki_publish(q);
+    dion__resv_sync(r);
     return DION_SUCCESS;
 }
 
 /* Posts nwr (1 or 2) work requests of the calling thread, in order (dion__gdaki_post_resv); on the GPU the
- * lanes that call together for the same QP share one reservation (one atomic) and usually one doorbell. */
+ * lanes that call together for the same QP share one reservation (one atomic) and one doorbell. */
 DION_HD dion_status_t dion__gdaki_post(const dion_gdaki_qp_dev_t *q, const dion__gdaki_wr_t *wr, uint32_t nwr,
                                        const uint64_t *abort_word, uint64_t timeout_ns, uint64_t *start)
 {

@@ -19,7 +19,7 @@
 #endif
 
 /* Bumped when a layout below or the meaning of a field changes. */
-#define DION_GDAKI_PROTO_VERSION 2u
+#define DION_GDAKI_PROTO_VERSION 3u
 
 /* Window ids map to rows of the key table modulo this (a power of two); a row remembers whose it is. */
 #define DION_GDAKI_KEY_ROWS 256u
@@ -43,8 +43,9 @@ typedef struct dion_gdaki_qp_state {
     uint64_t db_lock;    /* nonzero while a thread publishes (writes the doorbell record and the doorbell) */
     uint64_t pad0[2];
     uint64_t
-        cons_idx; /* WQEBBs known complete: 1 + the WQE index of the latest CQE seen, lifted to 64 bits */
-    uint64_t pad1[7];
+        cons_idx;    /* WQEBBs known complete: 1 + the WQE index of the latest CQE seen, lifted to 64 bits */
+    uint64_t poller; /* nonzero while a waiter reads the CQ (the others read cons_idx instead) */
+    uint64_t pad1[6];
     /* The first error completion seen: 0 while none. err = dion_status_t; err_info = syndrome [7:0],
      * vendor syndrome [15:8], opcode of the failed WQE [23:16], its WQE index [47:32]. */
     uint64_t err;
@@ -86,7 +87,7 @@ typedef struct dion_gdaki_qp_dev {
     uint32_t pad;
 } dion_gdaki_qp_dev_t;
 
-DION__GDAKI_STATIC_ASSERT(sizeof(dion_gdaki_qp_dev_t) == 104, "QP descriptor layout of version 2");
+DION__GDAKI_STATIC_ASSERT(sizeof(dion_gdaki_qp_dev_t) == 104, "QP descriptor layout of version 3");
 
 /* How WQEs name one rank's part of a registered region (window or signal table): addr is the address a WQE
  * gives for byte 0 of the part (its virtual address, or 0 for offset-addressed registrations), key its rkey

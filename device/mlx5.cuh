@@ -536,21 +536,123 @@ DION_HD dion_status_t dion__mlx5_syndrome_status(uint8_t syndrome, const char **
     return s;
 }
 
-/* ---- slot reservation: one atomic per warp ---- */
+/* ---- slot reservation: one atomic per warp, and the group that shares it ---- */
+
+/* CPU mode: threads that share one reservation as the lanes of a warp do. dion__mlx5_reserve gives every
+ * thread a group of its own; tests form larger groups by hand (dion__mlx5_reserve_cpu_group) so that the
+ * group code of device/gdaki.cuh runs on CPU threads too. Each group operation is one round of a barrier
+ * that also exchanges one word per member (vals is double-buffered by round: a member cannot start round
+ * k + 2 before every member has left round k). */
+typedef struct dion__cpu_group {
+    uint32_t n;     /* members: ranks 0 .. n-1 (at most 32) */
+    uint32_t count; /* arrivals in the current round */
+    uint32_t round; /* rounds completed */
+    uint32_t pad;
+    uint64_t vals[2][32];
+} dion__cpu_group_t;
 
 typedef struct {
     uint64_t slot;  /* this lane's first WQEBB (64-bit producer counter); its WQE index is (uint16_t)slot */
     uint64_t base;  /* the group's first WQEBB */
     uint32_t total; /* WQEBBs the group reserved */
     uint32_t last;  /* nonzero on the lane whose WQE is the group's last (it asks for the CQE) */
-    uint32_t group; /* the lanes that reserved together (__activemask on the GPU; 1 in CPU mode) */
+    uint32_t group; /* the lanes that reserved together (GPU: lane mask; CPU mode: mask of member ranks) */
+    uint32_t lane;  /* this lane (GPU: %laneid; CPU mode: rank in the group) */
+    dion__cpu_group_t *cg; /* CPU mode: the group's exchange (NULL: a group of one); unused on the GPU */
 } dion__mlx5_resv_t;
+
+#if !DION__GPU
+/* One round of g: every member gives v; out[k] gets member k's value. */
+DION_HD void dion__cpu_group_xchg(dion__cpu_group_t *g, uint32_t rank, uint64_t v, uint64_t *out)
+{
+    uint32_t rd = __atomic_load_n(&g->round, __ATOMIC_ACQUIRE); /* cannot end before this member arrives */
+    __atomic_store_n(&g->vals[rd & 1u][rank], v, __ATOMIC_RELAXED);
+    if (__atomic_add_fetch(&g->count, 1, __ATOMIC_ACQ_REL) == g->n) {
+        __atomic_store_n(&g->count, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&g->round, rd + 1, __ATOMIC_RELEASE);
+    } else {
+        for (uint32_t polls = 0; __atomic_load_n(&g->round, __ATOMIC_ACQUIRE) == rd; polls++)
+            dion__cpu_pause(polls);
+    }
+    for (uint32_t k = 0; k < g->n; k++) out[k] = __atomic_load_n(&g->vals[rd & 1u][k], __ATOMIC_RELAXED);
+}
+#endif
+
+/* The group's operations. Every one takes the group's explicit mask: on sm_70 and later a group is together
+ * only where it synchronizes, never because __activemask says so (issue 9). */
+
+/* Whether the caller is the group's first lane (the one that waits, marks and publishes for all). */
+DION_HD int dion__resv_first(const dion__mlx5_resv_t *r)
+{
+#if DION__GPU
+    return r->lane == (uint32_t)__ffs(r->group) - 1u;
+#else
+    return r->lane == 0;
+#endif
+}
+
+/* Nonzero when pred holds on every lane of the group. */
+DION_HD int dion__resv_all(const dion__mlx5_resv_t *r, int pred)
+{
+#if DION__GPU
+    return __all_sync(r->group, pred);
+#else
+    if (!r->cg) return pred;
+    uint64_t v[32];
+    dion__cpu_group_xchg(r->cg, r->lane, pred != 0, v);
+    int all = 1;
+    for (uint32_t k = 0; k < r->cg->n; k++) all &= v[k] != 0;
+    return all;
+#endif
+}
+
+/* The largest v over the group. */
+DION_HD uint32_t dion__resv_max(const dion__mlx5_resv_t *r, uint32_t x)
+{
+#if DION__GPU
+    return __reduce_max_sync(r->group, x);
+#else
+    if (!r->cg) return x;
+    uint64_t v[32];
+    dion__cpu_group_xchg(r->cg, r->lane, x, v);
+    for (uint32_t k = 0; k < r->cg->n; k++) x = (uint32_t)v[k] > x ? (uint32_t)v[k] : x;
+    return x;
+#endif
+}
+
+/* The first lane's v, on every lane. */
+DION_HD uint64_t dion__resv_bcast(const dion__mlx5_resv_t *r, uint64_t x)
+{
+#if DION__GPU
+    return __shfl_sync(r->group, (unsigned long long)x, __ffs(r->group) - 1);
+#else
+    if (!r->cg) return x;
+    uint64_t v[32];
+    dion__cpu_group_xchg(r->cg, r->lane, x, v);
+    return v[0];
+#endif
+}
+
+/* Every lane's memory operations before, ordered before every lane's after (a barrier of the group). */
+DION_HD void dion__resv_sync(const dion__mlx5_resv_t *r)
+{
+#if DION__GPU
+    __syncwarp(r->group);
+#else
+    if (r->cg) {
+        uint64_t v[32];
+        dion__cpu_group_xchg(r->cg, r->lane, 0, v);
+    }
+#endif
+}
 
 /* Reserve nwqebb (1..16) WQEBBs per calling lane on the 64-bit producer counter *head. On the GPU the lanes
  * that call together (__activemask) for the same head (__match_any_sync: lanes of one warp may post to
  * different QPs at once) share one atomic: each lane's offset is the sum of the sizes of the lower lanes of
  * its group, from four ballots over the bits of nwqebb-1, and the lowest lane adds the total and broadcasts
- * the base. Lanes get WQEBBs in lane order. CPU mode: a plain atomic per thread. */
+ * the base. Lanes get WQEBBs in lane order. From here on the group is what every group operation names:
+ * its lanes stay together by synchronizing, whatever the scheduler does. CPU mode: a plain atomic per
+ * thread, a group of one. */
 DION_HD dion__mlx5_resv_t dion__mlx5_reserve(uint64_t *head, uint32_t nwqebb, uint32_t scope)
 {
     dion__mlx5_resv_t r;
@@ -573,14 +675,44 @@ DION_HD dion__mlx5_resv_t dion__mlx5_reserve(uint64_t *head, uint32_t nwqebb, ui
     r.total = total;
     r.last = lane == 31u - __clz(active);
     r.group = active;
+    r.lane = lane;
+    r.cg = NULL;
 #else
     r.slot = dion__atom_add(head, nwqebb, scope);
     r.base = r.slot;
     r.total = nwqebb;
     r.last = 1;
     r.group = 1;
+    r.lane = 0;
+    r.cg = NULL;
 #endif
     return r;
 }
+
+#if !DION__GPU
+/* CPU mode: member `rank` of g reserves nwqebb WQEBBs as one lane of a warp's group (every member calls it):
+ * WQEBBs in rank order, one atomic by rank 0. */
+DION_HD dion__mlx5_resv_t dion__mlx5_reserve_cpu_group(uint64_t *head, uint32_t nwqebb, uint32_t scope,
+                                                       dion__cpu_group_t *g, uint32_t rank)
+{
+    dion__mlx5_resv_t r;
+    uint64_t v[32], before = 0, total = 0;
+    dion__cpu_group_xchg(g, rank, nwqebb, v);
+    for (uint32_t k = 0; k < g->n; k++) {
+        if (k < rank) before += v[k];
+        total += v[k];
+    }
+    uint64_t base = rank == 0 ? dion__atom_add(head, total, scope) : 0;
+    dion__cpu_group_xchg(g, rank, base, v);
+    r.base = v[0];
+    r.slot = r.base + before;
+    r.total = (uint32_t)total;
+    r.last = rank + 1 == g->n;
+    r.group = g->n >= 32 ? 0xffffffffu : (1u << g->n) - 1u;
+    r.lane = rank;
+    r.cg = g;
+    return r;
+}
+#endif
 
 #endif /* DION_DEVICE_MLX5_CUH */

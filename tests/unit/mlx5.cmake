@@ -15,8 +15,13 @@ add_executable(test_softnic ${CMAKE_CURRENT_SOURCE_DIR}/test_softnic.c)
 target_link_libraries(test_softnic PRIVATE dion_internal)
 dion_test(NAME unit_softnic COMMAND test_softnic LABELS host TIMEOUT 60)
 # gdaki's posting and completion logic (device/gdaki.cuh, CPU mode) on a QP in host memory, CQEs written by the
-# test: the completion count's lifting, publication by whoever finishes last, fetched values' slots.
-add_executable(test_gdaki_post ${CMAKE_CURRENT_SOURCE_DIR}/test_gdaki_post.c)
-target_link_libraries(test_gdaki_post PRIVATE dion_internal)
-target_compile_options(test_gdaki_post PRIVATE -Werror)
-dion_test(NAME unit_gdaki_post COMMAND test_gdaki_post LABELS host TIMEOUT 120)
+# test or a NIC thread: the completion count's lifting, publication, fetched values' slots, groups of threads as
+# a warp's lanes, a held head slot, a parked lock holder. Twice: groups at ready_head try the doorbell lock
+# before marking (the default), and every group marks first (DION_GDAKI_LOCK_FIRST=0, the GPU A/B's other arm).
+foreach(v IN ITEMS "" _markfirst)
+  add_executable(test_gdaki_post${v} ${CMAKE_CURRENT_SOURCE_DIR}/test_gdaki_post.c)
+  target_link_libraries(test_gdaki_post${v} PRIVATE dion_internal)
+  target_compile_options(test_gdaki_post${v} PRIVATE -Werror)
+  dion_test(NAME unit_gdaki_post${v} COMMAND test_gdaki_post${v} LABELS host TIMEOUT 120)
+endforeach()
+target_compile_definitions(test_gdaki_post_markfirst PRIVATE DION_GDAKI_LOCK_FIRST=0)
