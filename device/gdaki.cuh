@@ -157,7 +157,8 @@ DION_HD int dion__gdaki_publish_held(const dion_gdaki_qp_dev_t *q, uint64_t h, u
         /* the WQEs' bytes (written before their marks, or by this group) before the record */
         dion__fence(qs);
         dion__gdaki_st32(q->dbrec, dion__mlx5_dbr_sq_value((uint16_t)e), qs);
-        dion__fence(qs); /* the record before the doorbell */
+        /* the record before the doorbell: the release at system scope orders it (a fence before it would be a
+         * second system fence per doorbell) */
         dion__st_release(q->db, dion__mlx5_db_value((uint16_t)e, q->qpn), DION_SCOPE_SYS);
         dion__st_release(&st->ready_head, e, DION__GDAKI_SSCOPE);
     }
@@ -249,10 +250,13 @@ DION_HD uint64_t dion__gdaki_poll_cq(const dion_gdaki_qp_dev_t *q)
     dion__mlx5_cqe_tail_t t = dion__mlx5_cqe_tail(dion__gdaki_ld32(q->cq + 0x3C, qs));
     uint32_t op = dion__mlx5_cqe_opcode(t.op_own);
     if (op == DION__MLX5_CQE_INVALID) return cons;
+    int err = op == DION__MLX5_CQE_REQ_ERR || op == DION__MLX5_CQE_RESP_ERR;
+    uint64_t c = dion__gdaki_lift(cons, (uint16_t)(t.wqe_counter + 1u), q->wq_mask);
+    if (!err && c <= cons) return cons; /* nothing new (the collapsed CQ keeps its latest CQE): no fence */
     /* acquire: the CQE's other bytes, and a READ's or atomic's data, after its tail; release: the tail
      * read before the cons_idx update below */
     dion__fence(qs);
-    if (op == DION__MLX5_CQE_REQ_ERR || op == DION__MLX5_CQE_RESP_ERR) {
+    if (err) {
         uint8_t cqe[64];
         for (int i = 0; i < 64; i += 4) {
             uint32_t w = dion__gdaki_ld32(q->cq + i, qs);
@@ -265,8 +269,7 @@ DION_HD uint64_t dion__gdaki_poll_cq(const dion_gdaki_qp_dev_t *q)
                              ((uint64_t)e.wqe_opcode << 16) | ((uint64_t)e.wqe_counter << 32));
         return dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE);
     }
-    uint64_t c = dion__gdaki_lift(cons, (uint16_t)(t.wqe_counter + 1u), q->wq_mask);
-    if (c > cons) dion__gdaki_atom_max(&st->cons_idx, c, DION__GDAKI_SSCOPE);
+    dion__gdaki_atom_max(&st->cons_idx, c, DION__GDAKI_SSCOPE);
     return dion__ld_relaxed(&st->cons_idx, DION__GDAKI_SSCOPE);
 }
 
