@@ -455,11 +455,13 @@ DION_HD dion_status_t dion__gdaki_post_resv(const dion_gdaki_qp_dev_t *q, const 
     /* 2. one wait for the whole group: the slots of one lap ago complete and their fetched values read */
     uint64_t need = r->base + r->total > nwq ? r->base + r->total - nwq : 0, t0 = 0;
     uint32_t busy = 0;
+    uint64_t fw = 0;
     for (uint32_t polls = 0;; polls++) {
+        /* the first lane's loads of the error and the fence request first: they overlap the others' loads */
+        uint64_t s = first ? dion__ld_relaxed(&st->err, DION__GDAKI_SSCOPE) : 0;
+        fw = first ? dion__ld_relaxed(&st->fence, DION__GDAKI_SSCOPE) : 0;
         int ok = dion__resv_all(r, dion__gdaki_slots_free(q, r->slot, n, need));
-        uint64_t s = 0;
         if (first) {
-            s = dion__ld_relaxed(&st->err, DION__GDAKI_SSCOPE);
             if (!s && !ok) {
                 (void)dion__gdaki_progress(q, need, &busy);
                 s = (uint64_t)dion__gdaki_wait_exit(q, polls, abort_word, timeout_ns, &t0);
@@ -472,9 +474,7 @@ DION_HD dion_status_t dion__gdaki_post_resv(const dion_gdaki_qp_dev_t *q, const 
         dion__gdaki_backoff(polls);
     }
     uint8_t fence = 0;
-    if (first && dion__ld_relaxed(&st->fence, DION__GDAKI_SSCOPE) &&
-        dion__atom_cas(&st->fence, 1, 0, DION__GDAKI_SSCOPE) == 1)
-        fence = DION__MLX5_CTRL_FM_FENCE;
+    if (fw && dion__atom_cas(&st->fence, 1, 0, DION__GDAKI_SSCOPE) == 1) fence = DION__MLX5_CTRL_FM_FENCE;
     /* 3. build */
     uint64_t pos = r->slot, last = r->slot, sig = 0;
     for (uint32_t i = 0; i < nwr; i++) {
