@@ -712,14 +712,15 @@ static void gdaki_stall_report(void *ctx)
             fprintf(
                 stderr,
                 "  %s: QP 0x%06x: device resv_head %llu ready_head %llu cons_idx %llu last_wqe %llu last_sig "
-                "%llu db_lock %llu err %llu (%s); consumer took %llu WQEBBs up to doorbell pi %llu, %llu "
+                "%llu db_lock %llu poller %llu err %llu (%s); consumer took %llu WQEBBs up to doorbell pi "
+                "%llu, %llu "
                 "doorbells, %llu CQEs%s\n",
                 g->test, q->qpn, (unsigned long long)st->resv_head, (unsigned long long)st->ready_head,
                 (unsigned long long)st->cons_idx, (unsigned long long)st->last_wqe,
                 (unsigned long long)st->last_sig, (unsigned long long)st->db_lock,
-                (unsigned long long)st->err, st->err ? dion_status_string((dion_status_t)st->err) : "none",
-                (unsigned long long)pos, (unsigned long long)pi,
-                (unsigned long long)__atomic_load_n(&q->doorbells, __ATOMIC_RELAXED),
+                (unsigned long long)st->poller, (unsigned long long)st->err,
+                st->err ? dion_status_string((dion_status_t)st->err) : "none", (unsigned long long)pos,
+                (unsigned long long)pi, (unsigned long long)__atomic_load_n(&q->doorbells, __ATOMIC_RELAXED),
                 (unsigned long long)__atomic_load_n(&q->cqes, __ATOMIC_RELAXED),
                 q->ord.failed ? "; it failed (the FAIL line says why)" : "");
         else

@@ -284,13 +284,14 @@ static void stall_report(const char *ctr, char *snap, const uint64_t *diag, uint
     uint32_t tail;
     memcpy(&tail, nic->cq + 60, 4);
     fprintf(stderr,
-            "  stall: resv_head %llu ready_head %llu last_wqe %llu last_sig %llu db_lock %llu cons_idx %llu "
+            "  stall: resv_head %llu ready_head %llu last_wqe %llu last_sig %llu db_lock %llu poller %llu "
+            "cons_idx %llu "
             "err %llu; NIC pi %llu executed %llu CQEs %llu; CQE tail 0x%08x\n",
             (unsigned long long)st->resv_head, (unsigned long long)st->ready_head,
             (unsigned long long)st->last_wqe, (unsigned long long)st->last_sig,
-            (unsigned long long)st->db_lock, (unsigned long long)st->cons_idx, (unsigned long long)st->err,
-            (unsigned long long)nic->pi, (unsigned long long)nic->executed, (unsigned long long)nic->cqes,
-            tail);
+            (unsigned long long)st->db_lock, (unsigned long long)st->poller, (unsigned long long)st->cons_idx,
+            (unsigned long long)st->err, (unsigned long long)nic->pi, (unsigned long long)nic->executed,
+            (unsigned long long)nic->cqes, tail);
     for (uint64_t p = st->ready_head, k = 0; p < st->resv_head && k < 8; k++) { /* the groups waiting */
         uint64_t m = marks[p & (RING - 1)];
         fprintf(stderr, "  stall: mark at %llu is %llu%s\n", (unsigned long long)p, (unsigned long long)m,
