@@ -162,7 +162,8 @@ DION_HD int dion__gdaki_publish_held(const dion_gdaki_qp_dev_t *q, uint64_t h, u
         /* the record before the doorbell: the release at system scope orders it (a fence before it would be a
          * second system fence per doorbell) */
         dion__st_release(q->db, dion__mlx5_db_value((uint16_t)e, q->qpn), DION_SCOPE_SYS);
-        dion__st_release(&st->ready_head, e, DION__GDAKI_SSCOPE);
+        /* relaxed: whoever acts on ready_head takes the lock first, and the unlock's release covers it */
+        dion__st_relaxed(&st->ready_head, e, DION__GDAKI_SSCOPE);
     }
     dion__st_release(&st->db_lock, 0, DION__GDAKI_SSCOPE);
     dion__gdaki_fence_sc();
