@@ -725,39 +725,6 @@ DION_HD int dion__poll_batch(const uint64_t *word, uint32_t scope, uint32_t cmp,
     return 0;
 }
 
-/* Candidate (perf/CMakeLists.txt, p2p_bench_stag*): with DION__WAIT_STAGGER=D > 0 (mode 3, GPU code) a wait
- * keeps two polls in flight, the second issued D clock cycles after the first, and reissues each as soon as
- * its value is back: the word is then sampled twice per load latency instead of once, which halves the time
- * between a store landing and a poll seeing it. The same polls, comparisons and bookkeeping otherwise. */
-#ifndef DION__WAIT_STAGGER
-#define DION__WAIT_STAGGER 0
-#endif
-#if DION__GPU && DION__POLL_MODE == 3 && DION__WAIT_STAGGER > 0
-#define DION__STAGGER 1
-/* One batch of the staggered polls: *a and *b are the two loads in flight. */
-DION_HD int dion__poll_batch2(const uint64_t *word, uint32_t scope, uint32_t cmp, uint64_t value, uint64_t *a,
-                              uint64_t *b, uint64_t *v)
-{
-#pragma unroll
-    for (int k = 0; k < DION__POLL_BATCH; k += 2) {
-        if (dion__cmp_holds(*a, cmp, value)) {
-            *v = *a;
-            return 1;
-        }
-        *a = dion__ld_relaxed(word, scope);
-        if (dion__cmp_holds(*b, cmp, value)) {
-            *v = *b;
-            return 1;
-        }
-        *b = dion__ld_relaxed(word, scope);
-    }
-    *v = *b;
-    return 0;
-}
-#else
-#define DION__STAGGER 0
-#endif
-
 /* Polls word (in this rank's signal table) until cmp holds, the comm is aborted, or the timeout passes.
  * The load that returns is an acquire (or is followed by a fence, DION__WAIT_POLL 2 and 3), so data released
  * before the observed value is visible after it. */
@@ -784,18 +751,8 @@ DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word,
     /* The clock is read only every 128 polls, the first time included: a timer read on the way into the loop
      * would sit on the latency path of every wait that does not succeed at once. */
     uint64_t start = 0;
-#if DION__STAGGER
-    uint64_t pa = dion__ld_relaxed(word, scope), pb;
-    for (long long t = clock64(); clock64() - t < DION__WAIT_STAGGER;) {
-    }
-    pb = dion__ld_relaxed(word, scope);
-#endif
     for (uint32_t polls = DION__POLL_BATCH;; polls += DION__POLL_BATCH) {
-#if DION__STAGGER
-        if (dion__poll_batch2(word, scope, cmp, value, &pa, &pb, &v)) {
-#else
         if (dion__poll_batch(word, scope, cmp, value, &v)) {
-#endif
 #if DION__POLL_MODE == 1
             v = dion__ld_acquire(word, scope); /* later in coherence order: the same or a newer value */
             if (dion__cmp_holds(v, cmp, value)) break;
@@ -803,10 +760,10 @@ DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word,
             dion__fence(scope);
             break;
 #elif DION__POLL_MODE == 3
-        dion__fence_acquire(scope);
-        break;
+            dion__fence_acquire(scope);
+            break;
 #else
-        break;
+            break;
 #endif
         }
         if ((polls & 127) == 0) {
