@@ -644,21 +644,48 @@ DION_HD int dion__cmp_holds(uint64_t v, uint32_t cmp, uint64_t x)
 }
 
 /* How a wait polls (a build may override it to compare, perf/CMakeLists.txt):
- *  0: every poll an acquire load (a strong load and an L1 invalidation on sm_90), the default: the 2026-11-30
- *     rows put the invalidation at about 0.03 us per wait (release flag by hand minus DION's release signal
- *     against the same pair of relaxed rows), less than the extra load of 1 (an L2 round trip);
+ *  0: every poll an acquire load (a strong load and an L1 invalidation, CCTL.IVALL, on sm_90);
  *  1: relaxed polls; once one sees the comparison hold, one acquire load of the word that must see it hold
- * too (it returns that value), so the invalidation is paid once instead of on every poll; 2: relaxed polls,
- * then a fence at the handle's scope (a relaxed load followed by fence.acq_rel is an acquire pattern in the
- * PTX memory model). The first load of a wait is an acquire in every mode: a wait whose condition already
- * holds costs one load. */
+ * too (it returns that value), so the invalidation is paid once instead of on every poll (and an L2 round
+ * trip more); 2: relaxed polls, then fence.acq_rel at the handle's scope (MEMBAR + CCTL.IVALL); 3, the
+ * default where the toolkit and the architecture have it (sm_90, PTX ISA 8.6 / CUDA 12.8; else 0): relaxed
+ * polls, then fence.acquire at the handle's scope, which is the CCTL.IVALL alone: the poll loop is the
+ * hand-written relaxed flag loop, and the invalidation is paid once per wait instead of on every poll, with
+ * no MEMBAR and no second load. A strong (relaxed) read followed by an acquire fence is an acquire pattern in
+ * the PTX memory model, so the wait still acquires (docs/semantics.md). The first load of a wait is an
+ * acquire in modes 0-2 (a wait whose condition already holds costs one load) and, in 3, a relaxed load that
+ * is followed by the fence when it returns. */
 #ifndef DION__WAIT_POLL
-#define DION__WAIT_POLL 0
+#define DION__WAIT_POLL 3
 #endif
+#if DION__WAIT_POLL == 3 && DION__GPU &&                                                                     \
+    (__CUDA_ARCH__ < 900 || __CUDACC_VER_MAJOR__ < 12 ||                                                     \
+     (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ < 8))
+#define DION__POLL_MODE 0 /* no fence.acquire here (sm_80, or a toolkit before 12.8): acquire polls */
+#else
+#define DION__POLL_MODE DION__WAIT_POLL
+#endif
+
+/* The acquire half of mode 3: after a relaxed load that saw the value, later loads see what was released
+ * before it. CPU mode: an acquire fence after a relaxed atomic load, the same pattern in C11. */
+DION_HD void dion__fence_acquire(uint32_t scope)
+{
+#if DION__GPU && DION__POLL_MODE == 3
+    if (scope == DION_SCOPE_GPU)
+        asm volatile("fence.acquire.gpu;" ::: "memory");
+    else
+        asm volatile("fence.acquire.sys;" ::: "memory");
+#elif DION__GPU
+    dion__fence(scope);
+#else
+    (void)scope;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+#endif
+}
 
 DION_HD uint64_t dion__poll_load(const uint64_t *p, uint32_t scope)
 {
-#if DION__WAIT_POLL == 0
+#if DION__POLL_MODE == 0
     return dion__ld_acquire(p, scope);
 #else
     return dion__ld_relaxed(p, scope);
@@ -699,29 +726,41 @@ DION_HD int dion__poll_batch(const uint64_t *word, uint32_t scope, uint32_t cmp,
 }
 
 /* Polls word (in this rank's signal table) until cmp holds, the comm is aborted, or the timeout passes.
- * The load that returns is an acquire (or is followed by a fence, DION__WAIT_POLL 2), so data released before
- * the observed value is visible after it. */
+ * The load that returns is an acquire (or is followed by a fence, DION__WAIT_POLL 2 and 3), so data released
+ * before the observed value is visible after it. */
 DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word, uint32_t cmp, uint64_t value,
                                       uint64_t *observed, dion_op_t op, uint32_t sig)
 {
     const dion_dev_t *d = &c->dev;
     uint32_t scope = dion__dev_scope(d);
+#if DION__POLL_MODE == 3
+    uint64_t v = dion__ld_relaxed(word, scope);
+    if (dion__cmp_holds(v, cmp, value)) {
+        dion__fence_acquire(scope);
+        if (observed) *observed = v;
+        return DION_SUCCESS;
+    }
+#else
     uint64_t v = dion__ld_acquire(word, scope);
     if (dion__cmp_holds(v, cmp, value)) {
         if (observed) *observed = v;
         return DION_SUCCESS;
     }
+#endif
     const uint64_t *abort_word = dion__ctl_word(d, d->signals, DION_CTL_ABORT);
     /* The clock is read only every 128 polls, the first time included: a timer read on the way into the loop
      * would sit on the latency path of every wait that does not succeed at once. */
     uint64_t start = 0;
     for (uint32_t polls = DION__POLL_BATCH;; polls += DION__POLL_BATCH) {
         if (dion__poll_batch(word, scope, cmp, value, &v)) {
-#if DION__WAIT_POLL == 1
+#if DION__POLL_MODE == 1
             v = dion__ld_acquire(word, scope); /* later in coherence order: the same or a newer value */
             if (dion__cmp_holds(v, cmp, value)) break;
-#elif DION__WAIT_POLL == 2
+#elif DION__POLL_MODE == 2
             dion__fence(scope);
+            break;
+#elif DION__POLL_MODE == 3
+            dion__fence_acquire(scope);
             break;
 #else
             break;

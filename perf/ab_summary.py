@@ -90,7 +90,12 @@ def main():
     ratios = [("signal_relaxed_pingpong", 0, "ref_flag_relaxed", "relaxed signal / raw relaxed flag (goal <= 1.10)"),
               ("signal_pingpong", 0, "ref_flag_release", "release signal / raw release flag"),
               ("put_signal_pingpong", 8, "ref_put8_param", "put_signal 8 B thread / hand-written put8 + release"),
-              ("packet_pingpong", 8, "ref_put8_unordered", "packet 8 B thread / raw unordered put8 + flag")]
+              ("packet_pingpong", 8, "ref_put8_unordered", "packet 8 B thread / raw unordered put8 + flag"),
+              # the relaxed signal's gap, split: the acquire itself, then DION on the wait side and the send side
+              ("ref_flag_relaxed_acq", 0, "ref_flag_relaxed", "raw relaxed flag + fence.acquire / raw relaxed flag"),
+              ("signal_relaxed_pingpong", 0, "ref_flag_relaxed_acq", "relaxed signal / raw relaxed flag + fence.acquire"),
+              ("ref_flag_relaxed_libwait", 0, "ref_flag_relaxed", "raw store + dion_wait / raw relaxed flag"),
+              ("ref_flag_relaxed_libsignal", 0, "ref_flag_relaxed", "dion_signal relaxed + raw wait / raw relaxed flag")]
     print("\n== 1b. ratios to the same run's hand-written floor (mean of rounds), per variant")
     print(f"{'where':12} {'ratio':52} " + " ".join(f"{v:>8}" for v in variants))
     for w in sorted({k[0] for k in ab}):

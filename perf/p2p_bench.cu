@@ -34,7 +34,10 @@ enum {
     REF_PS_LIBPUT,     /* REF_PS_PARAM, but the data moves with dion_put */
     OP_PKT_THREAD,     /* dion_put_packet / dion_wait_packet: the flags travel in the data */
     OP_PKT_WARP,
-    OP_PKT_BLOCK
+    OP_PKT_BLOCK,
+    REF_RELAXED_ACQ,     /* REF_RELAXED, the wait ending with fence.acquire: the floor of an acquiring wait */
+    REF_RELAXED_LIBWAIT, /* REF_RELAXED's store, dion_wait: the relaxed signal's wait side */
+    REF_RELAXED_LIBSIGNAL /* dion_signal SET_RELAXED, REF_RELAXED's wait: its send side */
 };
 
 #define PP_PKT (16ull << 20) /* packet messages land here; their payload is unpacked to PP_DST */
@@ -64,9 +67,17 @@ static __device__ __forceinline__ void ref_wait(const uint64_t *p, uint64_t v, i
     else if (op == REF_RELEASE)
         while (dion__ld_acquire(p, scope) != v) {
         }
-    else
+    else {
         while (dion__ld_relaxed(p, scope) != v) {
         }
+        if (op == REF_RELAXED_ACQ) { /* fence.acquire where the library's wait has it (sm_90), else acq_rel */
+#if DION__POLL_MODE == 3
+            dion__fence_acquire(scope);
+#else
+            dion__fence(scope);
+#endif
+        }
+    }
 }
 
 /* Ping-pong between ranks 0 and 1 on signal 0. Values continue from base so that runs never see stale ones.
@@ -123,6 +134,7 @@ __global__ void __launch_bounds__(op == OP_PS_BLOCK || op == OP_PKT_BLOCK ? 1024
                     if (tid == 0) dion_signal(c, peer, 0, DION_SIG_SET, v);
                     break;
                 case OP_SIGNAL_RELAXED:
+                case REF_RELAXED_LIBSIGNAL:
                     if (tid == 0) dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
                     break;
                 case REF_PS_LIBSIGNAL:
@@ -173,21 +185,23 @@ __global__ void __launch_bounds__(op == OP_PS_BLOCK || op == OP_PKT_BLOCK ? 1024
                         dion__st_relaxed(peersig, v, scope);
                     }
                     break;
-                default:
+                default: /* the REF_RELAXED_* rows store as REF_RELAXED */
                     if (tid == 0) ref_store(peersig, v, op, scope);
                 }
             } else {
                 if (tid == 0) {
-                    if (op <= OP_PS_BLOCK || op == OP_SIGNAL_RELAXED || op == REF_PS_LIBWAIT) {
+                    if (op <= OP_PS_BLOCK || op == OP_SIGNAL_RELAXED || op == REF_PS_LIBWAIT ||
+                        op == REF_RELAXED_LIBWAIT) {
                         if (dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) {
                             out[1] = 1;
                             return; /* the host sees the error record too */
                         }
                     } else {
                         ref_wait(mysig, v,
-                                 op == REF_PS_UNORDERED ? REF_RELAXED
-                                 : op >= REF_PS_TABLE   ? REF_RELEASE
-                                                        : op,
+                                 op == REF_PS_UNORDERED || op == REF_RELAXED_LIBSIGNAL ? REF_RELAXED
+                                 : op == REF_RELAXED_ACQ                               ? REF_RELAXED_ACQ
+                                 : op >= REF_PS_TABLE                                  ? REF_RELEASE
+                                                                                       : op,
                                  scope);
                     }
                 }
@@ -227,6 +241,9 @@ static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win
         PP_CASE(OP_PKT_THREAD);
         PP_CASE(OP_PKT_WARP);
         PP_CASE(OP_PKT_BLOCK);
+        PP_CASE(REF_RELAXED_ACQ);
+        PP_CASE(REF_RELAXED_LIBWAIT);
+        PP_CASE(REF_RELAXED_LIBSIGNAL);
     }
 #undef PP_CASE
     BENCH_CHECK_LAUNCH("pingpong");
@@ -372,6 +389,10 @@ int main(int argc, char **argv)
         cases.push_back({"ref_put8_libput", "thread", REF_PS_LIBPUT, 1, 8});
         cases.push_back({"ref_flag_volatile", "thread", REF_VOLATILE, 1, 0});
         cases.push_back({"ref_flag_relaxed", "thread", REF_RELAXED, 1, 0});
+        /* the relaxed signal's gap split: the acquire's own cost, then DION on one side each */
+        cases.push_back({"ref_flag_relaxed_acq", "thread", REF_RELAXED_ACQ, 1, 0});
+        cases.push_back({"ref_flag_relaxed_libwait", "thread", REF_RELAXED_LIBWAIT, 1, 0});
+        cases.push_back({"ref_flag_relaxed_libsignal", "thread", REF_RELAXED_LIBSIGNAL, 1, 0});
         cases.push_back({"ref_flag_release", "thread", REF_RELEASE, 1, 0});
         cases.push_back({"ref_put8_unordered", "thread", REF_PS_UNORDERED, 1, 8});
     }

@@ -481,6 +481,15 @@ DION_HD dion_ctx_t dion_ctx(dion_dev_t dev, uint32_t index)
 #else
 #define DION__CHECK_PATH DION_HD
 #endif
+/* The checks of dion_signal and dion_wait (a context, a signal index, an op or comparison: a few tests) run
+ * inline on the caller's context even where the RMA checks are calls; a build may set
+ * DION__CHECK_OOL_SIGWAIT=1 to make them calls too (perf/CMakeLists.txt, p2p_bench_swool). A call anywhere in
+ * a loop made the compiler reload the values it passes (the handle's fields, from the parameter bank) at the
+ * loop's head on every pass, taken or not: about 25 instructions on the turnaround of a signal / wait
+ * ping-pong (perf/p2p_bench pingpong<OP_SIGNAL_RELAXED>, sm_90, docs/results/perf10-notes.md). */
+#ifndef DION__CHECK_OOL_SIGWAIT
+#define DION__CHECK_OOL_SIGWAIT 0
+#endif
 
 typedef struct {
     uint64_t *signals;
@@ -574,34 +583,63 @@ DION__CHECK_PATH int dion__check_rma_at(dion__chk_env_t v, dion_op_t op, int pee
            (counter == DION__NO_COUNTER || dion__check_counter(&c, counter, op, peer, lead));
 }
 
+/* dion_wait: DION_SUCCESS when the call may go on, else DION_ERR_INVALID_ARG (recorded). */
+DION_HD dion_status_t dion__check_wait_args(const dion_ctx_t *c, uint32_t sig, uint32_t cmp)
+{
+    if (!dion__check_ctx(c, DION_OP_WAIT, 1) || !dion__check_sig(c, c->dev.rank, sig, DION_OP_WAIT, 1))
+        return DION_ERR_INVALID_ARG;
+    if (cmp > DION_CMP_LE) {
+        dion__err_t e = dion__err(DION_ERR_INVALID_ARG, DION_OP_WAIT, c->dev.rank);
+        e.sig = sig;
+        e.cmp = cmp;
+        dion__record(c, e);
+        return DION_ERR_INVALID_ARG;
+    }
+    return DION_SUCCESS;
+}
+
+/* dion_signal's and dion_wait's checks on the caller's context: 1 / DION_SUCCESS when the call may go on. */
+#if DION__CHECK_OOL_SIGWAIT
 DION__CHECK_PATH int dion__check_signal_at(dion__chk_env_t v, int peer, uint32_t sig, dion_sig_op_t op)
 {
     dion_ctx_t c = dion__chk_ctx(v);
     return dion__check_signal_args(&c, peer, sig, op, DION_OP_SIGNAL, 1);
 }
 
-/* dion_wait: DION_SUCCESS when the call may go on, else DION_ERR_INVALID_ARG (recorded). */
 DION__CHECK_PATH dion_status_t dion__check_wait_at(dion__chk_env_t v, uint32_t sig, uint32_t cmp)
 {
     dion_ctx_t c = dion__chk_ctx(v);
-    if (!dion__check_ctx(&c, DION_OP_WAIT, 1) || !dion__check_sig(&c, c.dev.rank, sig, DION_OP_WAIT, 1))
-        return DION_ERR_INVALID_ARG;
-    if (cmp > DION_CMP_LE) {
-        dion__err_t e = dion__err(DION_ERR_INVALID_ARG, DION_OP_WAIT, c.dev.rank);
-        e.sig = sig;
-        e.cmp = cmp;
-        dion__record(&c, e);
-        return DION_ERR_INVALID_ARG;
-    }
-    return DION_SUCCESS;
+    return dion__check_wait_args(&c, sig, cmp);
 }
+
+#define DION__CHECK_SIGNAL(c, peer, sig, op) dion__check_signal_at(dion__chk_env(c), peer, sig, op)
+#define DION__CHECK_WAIT(c, sig, cmp)        dion__check_wait_at(dion__chk_env(c), sig, cmp)
+#else
+#define DION__CHECK_SIGNAL(c, peer, sig, op) dion__check_signal_args(c, peer, sig, op, DION_OP_SIGNAL, 1)
+#define DION__CHECK_WAIT(c, sig, cmp)        dion__check_wait_args(c, sig, cmp)
+#endif
 
 /* ---- the fast paths (device/common.cuh, DION__FAST_PATHS) ---- */
 
 /* Handle flags that send every call to the general code: DION_CHECK, and the backends whose dispatch is
- * compiled in (a fast path is p2p code). */
+ * compiled in (a fast path is p2p code); with DION__FAST_LEAN=1 (the default) also DION_STATS, and DION_TRACE
+ * where the trace hooks are compiled in, so that the put and signal fast paths carry no test for them: the
+ * general code counts and traces those calls (a build may set 0 to compare, perf/CMakeLists.txt,
+ * p2p_bench_fl0; put_signal's fast path still carries its tests). */
+#ifndef DION__FAST_LEAN
+#define DION__FAST_LEAN 1
+#endif
+/* Whether a thread's put on the fast path tells the compiler that both ends are global memory (every p2p
+ * window is: device memory, a peer GPU's, registered host memory), so that its copy uses global loads and
+ * stores instead of generic ones (a build may set 0 to compare, perf/CMakeLists.txt, p2p_bench_pg0). */
+#ifndef DION__PUT_GLOBAL
+#define DION__PUT_GLOBAL 1
+#endif
+/* Whether a path with lookups from mode (DION__LK_*) is a lean fast path: no statistics, no trace. */
+#define DION__LEAN_AT(mode) (DION__FAST_LEAN && (mode) == DION__LK_INLINE)
 #define DION__SLOW_FLAGS                                                                                     \
-    (DION_DEVF_CHECK | (DION__HAS_PROXY ? DION_DEVF_PROXY : 0u) | (DION__HAS_GDAKI ? DION_DEVF_GDAKI : 0u))
+    (DION_DEVF_CHECK | (DION__HAS_PROXY ? DION_DEVF_PROXY : 0u) | (DION__HAS_GDAKI ? DION_DEVF_GDAKI : 0u) | \
+     (DION__FAST_LEAN ? DION_DEVF_STATS | (DION_TRACE_COMPILED ? DION_DEVF_TRACE : 0u) : 0u))
 
 /* Whether a call to peer may take the fast path: GPU code, DION_CHECK off (or compiled out), no network
  * backend on the handle, and peer's entries inline. Reads parameters only, so that a loop whose arguments do
@@ -640,13 +678,26 @@ DION_HD void dion__put_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwin_t dst
                            int mode)
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
-    dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
+#if DION__GPU && DION__PUT_GLOBAL
+    if (g == DION__THREAD && mode == DION__LK_INLINE) {
+        /* mapped windows (device memory, other GPUs' and registered host memory) are in the global space:
+         * the copy's accesses become LDG/STG instead of generic LD/ST */
+        char *to = dion__win_base_inl(&c->dev, dst, peer) + dst_off;
+        const char *from = dion__win_base_inl(&c->dev, src, c->dev.rank) + src_off;
+        __builtin_assume(__isGlobal(to));
+        __builtin_assume(__isGlobal(from));
+        dion__copy(to, from, bytes, 0, 1);
+    } else
+#endif
+        dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
     dion__group_sync(g);
     if (r == 0) {
         if (counter != DION__NO_COUNTER) dion__lcount_add(c, counter % DION_NUM_COUNTERS);
-        DION__STAT(c, puts, 1);
-        DION__STAT(c, put_bytes, bytes);
-        DION__TRACE(c, t0, DION_OP_PUT, peer, 0, bytes, 0, 0, 0, DION_SUCCESS);
+        if (!DION__LEAN_AT(mode)) {
+            DION__STAT(c, puts, 1);
+            DION__STAT(c, put_bytes, bytes);
+            DION__TRACE(c, t0, DION_OP_PUT, peer, 0, bytes, 0, 0, 0, DION_SUCCESS);
+        }
     }
     (void)t0;
 }
@@ -916,8 +967,10 @@ DION_HD void dion__signal_p2p(const dion_ctx_t *c, int peer, uint32_t sig, dion_
 {
     dion__p2p_signal(c, peer, sig, op, value,
                      dion__peer_scope_at(&c->dev, peer, mode) | dion__dev_scope(&c->dev), mode);
-    DION__STAT(c, signals, 1);
-    DION__TRACE(c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, (uint32_t)op, DION_SUCCESS);
+    if (!DION__LEAN_AT(mode)) {
+        DION__STAT(c, signals, 1);
+        DION__TRACE(c, 0, DION_OP_SIGNAL, peer, sig, 0, value, 0, (uint32_t)op, DION_SUCCESS);
+    }
 }
 
 /** Sets or adds to peer's signal sig. SET / ADD are releases, ordered after the caller's earlier puts to
@@ -930,7 +983,7 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
         dion__signal_p2p(&c, peer, sig, op, value, DION__LK_INLINE);
         return;
     }
-    if (dion__check_enabled(&c) && !dion__check_signal_at(dion__chk_env(&c), peer, sig, op)) return;
+    if (dion__check_enabled(&c) && !DION__CHECK_SIGNAL(&c, peer, sig, op)) return;
 #if DION__HAS_PROXY
     if (dion__proxy_sig_route(&c, peer)) {
         dion_status_t st = dion__proxy_signal(&c, peer, sig, (uint32_t)op, value, DION_OP_SIGNAL);
@@ -958,7 +1011,7 @@ DION_HD void dion_signal(dion_ctx_t c, int peer, uint32_t sig, dion_sig_op_t op,
 DION_HD dion_status_t dion_wait(dion_ctx_t c, uint32_t sig, dion_cmp_t cmp, uint64_t value,
                                 uint64_t *observed)
 {
-    if (dion__check_enabled(&c) && dion__check_wait_at(dion__chk_env(&c), sig, (uint32_t)cmp) != DION_SUCCESS)
+    if (dion__check_enabled(&c) && DION__CHECK_WAIT(&c, sig, (uint32_t)cmp) != DION_SUCCESS)
         return DION_ERR_INVALID_ARG;
     DION__STAT(&c, waits, 1);
     uint64_t t0 = dion__trace_start(&c), seen = 0;
