@@ -33,3 +33,12 @@ target_link_libraries(test_engine_ofi_gpu PRIVATE dion_internal)
 foreach(prov tcp shm)
   dion_test(NAME engine_ofi_gpu_${prov} COMMAND test_engine_ofi_gpu ${prov} LABELS gpu TIMEOUT 60)
 endforeach()
+
+# A receive-only rank whose proxy thread naps (no idle spin, 20 ms naps) serves a peer's stream of fetch-adds:
+# over tcp the naps must end through the completion queue's wait object (threads.c, engine slot wait_arm); over
+# shm (no wait object its peers reach) the data alone is checked.
+add_executable(test_proxy_idle ${CMAKE_CURRENT_SOURCE_DIR}/test_proxy_idle.c)
+target_link_libraries(test_proxy_idle PRIVATE dion_internal Threads::Threads)
+foreach(prov tcp shm)
+  dion_test(NAME proxy_idle_${prov} COMMAND test_proxy_idle ${prov} LABELS "host;cpu" TIMEOUT 180)
+endforeach()

@@ -133,6 +133,16 @@ typedef struct {
     uint32_t slot;
 } dion__px_held_t;
 
+/* A byte range of a staged region (px_stage.c): copies to coalesce. */
+typedef struct {
+    dion__pxr_t *r;
+    uint64_t off, end;
+} dion__px_range_t;
+
+/* Sorts rg[0..n) by region and offset and joins the ranges of one region that touch or overlap (never across
+ * a gap: a gap's bytes may differ between window and shadow); returns the number of runs left in rg. */
+uint32_t dion__px_coalesce(dion__px_range_t *rg, uint32_t n);
+
 typedef struct dion__pxc {
     dion_comm_t comm;
     const dion__engine_ops_t *E;
@@ -163,7 +173,13 @@ typedef struct dion__pxc {
     uint64_t *head, *replied, *ackd;
     dion__px_held_t *held; /* notices of the current batch whose signals wait for its copies */
     uint32_t nheld;
-    int copies; /* copies enqueued by this batch and not waited for */
+    int copies;              /* copies enqueued by this batch and not waited for */
+    dion__px_range_t *lands; /* the batch's shadow -> window copies, coalesced before they are enqueued */
+    uint32_t nlands;
+    dion_status_t land_st; /* a failed enqueue of the batch's coalesced copies: its notices fail */
+    /* for the closing log line: notices written, puts merged into queued notices, notices applied here and
+     * the copies they took */
+    uint64_t n_notes, n_merged, n_applied, n_copies;
 } dion__pxc_t;
 
 typedef struct {

@@ -43,8 +43,11 @@
 #include "transports/proxy/px.h"
 #include "transports/transport.h"
 
-#define DION__PXS_HELD  1024u /* notices applied before their batch's copies are waited for */
-#define DION__PXS_MERGE 8u    /* queued notices a put looks back through for one to merge into */
+#define DION__PXS_HELD 1024u /* notices applied before their batch's copies are waited for */
+/* Queued notices a put looks back through for one to merge into. Blocks that share a ring interleave their
+ * commands (msgrate from all SMs: 16 blocks per ring), so a put's neighbour is often dozens of notices back;
+ * a compare each is cheap next to a notice slot, which is held for a round trip. */
+#define DION__PXS_MERGE 64u
 
 typedef struct {
     size_t tail, ack, res, rout, in, out, total;
@@ -114,7 +117,9 @@ dion_status_t dion__pxs_comm_init(dion__pxc_t *pc)
     for (size_t i = 0; i < sizeof ctr / sizeof ctr[0]; i++) oom |= !(*ctr[i] = calloc((size_t)n, 8));
     pc->waitq = calloc((size_t)n, sizeof *pc->waitq);
     pc->held = calloc(DION__PXS_HELD, sizeof *pc->held);
-    if (st == DION_SUCCESS && (oom || !pc->box_rk || !pc->waitq || !pc->held))
+    /* every land is held, and a full held list flushes them: at most HELD + 1 at once */
+    pc->lands = calloc(DION__PXS_HELD + 1, sizeof *pc->lands);
+    if (st == DION_SUCCESS && (oom || !pc->box_rk || !pc->waitq || !pc->held || !pc->lands))
         st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
     ag = dion__comm_agree(c, st, "opening the proxy's staging inbox");
     if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &rk, sizeof rk, pc->box_rk);
@@ -130,6 +135,12 @@ dion_status_t dion__pxs_comm_init(dion__pxc_t *pc)
 
 void dion__pxs_comm_fini(dion__pxc_t *pc)
 {
+    if (pc->stage_on)
+        DION_LOG(DION_LOG_INFO,
+                 "proxy staging: %llu notices sent (%llu more puts merged into them), %llu applied here with "
+                 "%llu copies",
+                 (unsigned long long)pc->n_notes, (unsigned long long)pc->n_merged,
+                 (unsigned long long)pc->n_applied, (unsigned long long)pc->n_copies);
     if (pc->box_mr) pc->E->mem_dereg(pc->e, pc->box_mr);
     free(pc->box);
     if (pc->stage) dion__stage_destroy(pc->stage);
@@ -139,6 +150,7 @@ void dion__pxs_comm_fini(dion__pxc_t *pc)
     for (int r = 0; pc->waitq && r < pc->comm->nranks; r++) free(pc->waitq[r].w);
     free(pc->waitq);
     free(pc->held);
+    free(pc->lands);
 }
 
 dion_status_t dion__pxs_export(dion__pxc_t *pc, void *base, size_t bytes, dion__px_desc_t *desc,
@@ -225,22 +237,32 @@ int dion__pxs_pending(const dion__pxc_t *pc, int peer)
 
 /* ---- the initiator's side: staged sources, queued notices, acknowledgements ---- */
 
-typedef struct {
-    dion__pxr_t *r;
-    uint64_t off, end;
-} dion__pxs_range_t;
-
 static int dion__pxs_range_cmp(const void *a, const void *b)
 {
-    const dion__pxs_range_t *x = a, *y = b;
+    const dion__px_range_t *x = a, *y = b;
     if (x->r != y->r) return (uintptr_t)x->r < (uintptr_t)y->r ? -1 : 1;
     return x->off < y->off ? -1 : x->off > y->off;
+}
+
+uint32_t dion__px_coalesce(dion__px_range_t *rg, uint32_t n)
+{
+    if (n < 2) return n;
+    qsort(rg, n, sizeof rg[0], dion__pxs_range_cmp);
+    uint32_t k = 0;
+    for (uint32_t i = 1; i < n; i++) {
+        if (rg[i].r == rg[k].r && rg[i].off <= rg[k].end) { /* touching or overlapping: one run */
+            if (rg[i].end > rg[k].end) rg[k].end = rg[i].end;
+        } else {
+            rg[++k] = rg[i];
+        }
+    }
+    return k + 1;
 }
 
 void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n)
 {
     if (!pc->stage_on) return;
-    dion__pxs_range_t rg[64];
+    dion__px_range_t rg[64];
     uint32_t k = 0;
     uint64_t pos = g->exec, to = g->staged_to > pos ? g->staged_to : pos;
     for (uint32_t i = 0; i < n && k < 64; i++) {
@@ -254,22 +276,16 @@ void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_c
             dion__pxr_t *r = dion__px_find(pc, c->u.rma.src_win);
             uint64_t off = c->u.rma.src_off, bytes = c->u.rma.bytes;
             if (!r || off > r->bytes || bytes > r->bytes - off) break; /* the post reports it */
-            if (r->staged) rg[k++] = (dion__pxs_range_t){r, off, off + bytes};
+            if (r->staged) rg[k++] = (dion__px_range_t){r, off, off + bytes};
         }
         to = pos + i + 1;
     }
     if (to <= g->staged_to) return;
-    qsort(rg, k, sizeof rg[0], dion__pxs_range_cmp);
+    k = dion__px_coalesce(rg, k);
     dion_status_t st = DION_SUCCESS;
-    for (uint32_t i = 0; i < k && st == DION_SUCCESS;) {
-        dion__pxs_range_t run = rg[i++];
-        while (i < k && rg[i].r == run.r && rg[i].off <= run.end) { /* touching: one copy */
-            if (rg[i].end > run.end) run.end = rg[i].end;
-            i++;
-        }
-        st = dion__stage_copy_async(pc->stage, run.r->shadow + run.off, run.r->base + run.off,
-                                    run.end - run.off, "copying a staged window into its host shadow");
-    }
+    for (uint32_t i = 0; i < k && st == DION_SUCCESS; i++)
+        st = dion__stage_copy_async(pc->stage, rg[i].r->shadow + rg[i].off, rg[i].r->base + rg[i].off,
+                                    rg[i].end - rg[i].off, "copying a staged window into its host shadow");
     if (st == DION_SUCCESS)
         st = dion__stage_wait(pc->stage, "copying staged windows into their host shadows");
     if (st == DION_SUCCESS) g->staged_to = to; /* else each put copies its own and reports the failure */
@@ -328,6 +344,7 @@ dion_status_t dion__pxs_send(dion__pxc_t *pc, dion__pxg_t *g, uint64_t pos, int 
         dion_status_t st = dion__pxs_wait_push(pc, peer, g, pos, amo, (uint64_t)into);
         if (st != DION_SUCCESS) return st;
         dion__px_note_t *m = &out[(uint64_t)into % pc->notes];
+        pc->n_merged++;
         if (note->op == DION__PXN_LAND) {
             uint64_t lo = note->off < m->off ? note->off : m->off;
             uint64_t hi =
@@ -353,6 +370,7 @@ dion_status_t dion__pxs_send(dion__pxc_t *pc, dion__pxg_t *g, uint64_t pos, int 
     uint64_t *res = dion__px_word(pc, b.res) + ((size_t)peer * pc->notes + slot) * 2;
     res[0] = res[1] = 0; /* the peer writes here only for results and failures */
     pc->sent[peer] = nth + 1;
+    pc->n_notes++;
     return DION_SUCCESS;
 }
 
@@ -475,11 +493,33 @@ static void dion__pxs_failed(uint64_t *rout, dion_status_t st)
 
 /* Waits for the batch's copies, then applies the held notices' signals in the order they came (a notice whose
  * copy failed gets the failure instead of its signal). */
+/* Enqueues the batch's shadow -> window copies so far, one per run of touching ranges (notices that
+ * merging at the sender could not join: puts of many blocks interleaved in one ring). They all read the
+ * shadow after every notice of the batch arrived, so a run may carry bytes of a later notice early, never a
+ * gap's. */
+static void dion__pxs_lands(dion__pxc_t *pc)
+{
+    uint32_t k = dion__px_coalesce(pc->lands, pc->nlands);
+    for (uint32_t i = 0; i < k && pc->land_st == DION_SUCCESS; i++) {
+        const dion__px_range_t *x = &pc->lands[i];
+        pc->land_st = dion__stage_copy_async(pc->stage, x->r->base + x->off, x->r->shadow + x->off,
+                                             x->end - x->off, "copying a host shadow into its staged window");
+        pc->copies = 1;
+        pc->n_copies++;
+    }
+    pc->nlands = 0;
+}
+
 static void dion__pxs_barrier(dion__pxc_t *pc, const dion__px_box_t *b)
 {
-    dion_status_t cs = DION_SUCCESS;
-    if (pc->copies) cs = dion__stage_wait(pc->stage, "copying host shadows into their staged windows");
+    dion__pxs_lands(pc);
+    dion_status_t cs = pc->land_st;
+    if (pc->copies) {
+        dion_status_t ws = dion__stage_wait(pc->stage, "copying host shadows into their staged windows");
+        if (cs == DION_SUCCESS) cs = ws;
+    }
     pc->copies = 0;
+    pc->land_st = DION_SUCCESS;
     for (uint32_t i = 0; i < pc->nheld; i++) {
         const dion__px_held_t *h = &pc->held[i];
         const dion__px_note_t *n = dion__pxs_in(pc, b, h->from, h->slot);
@@ -502,6 +542,7 @@ static void dion__pxs_apply(dion__pxc_t *pc, const dion__px_box_t *b, int s, uin
     dion_status_t st = DION_SUCCESS;
     int copy = 0;
     rout[0] = rout[1] = 0;
+    pc->n_applied++;
     switch (n->op) {
     case DION__PXN_LAND:
     case DION__PXN_GET:
@@ -512,13 +553,16 @@ static void dion__pxs_apply(dion__pxc_t *pc, const dion__px_box_t *b, int s, uin
                 "proxy staging: %llu bytes at offset %llu of window %u on rank %d, which has %llu",
                 (unsigned long long)n->bytes, (unsigned long long)n->off, r->id, pc->comm->rank,
                 (unsigned long long)r->bytes);
-        if (st == DION_SUCCESS && n->bytes) {
-            int land = n->op == DION__PXN_LAND;
-            st = dion__stage_copy_async(pc->stage, (land ? r->base : r->shadow) + n->off,
-                                        (land ? r->shadow : r->base) + n->off, n->bytes,
-                                        land ? "copying a host shadow into its staged window"
-                                             : "copying a staged window into its host shadow");
+        if (st == DION_SUCCESS && n->bytes && n->op == DION__PXN_LAND) { /* coalesced at the barrier */
+            pc->lands[pc->nlands++] = (dion__px_range_t){r, n->off, n->off + n->bytes};
+            copy = 1;
+        } else if (st == DION_SUCCESS && n->bytes) { /* GET: after the lands before it */
+            dion__pxs_lands(pc);
+            st = dion__stage_copy_async(pc->stage, r->shadow + n->off, r->base + n->off, n->bytes,
+                                        "copying a staged window into its host shadow");
             copy = st == DION_SUCCESS;
+            pc->copies |= copy;
+            pc->n_copies += (uint64_t)copy;
         }
         break;
     case DION__PXN_SIG:
@@ -558,7 +602,6 @@ static void dion__pxs_apply(dion__pxc_t *pc, const dion__px_box_t *b, int s, uin
         dion__pxs_failed(rout, st);
         return;
     }
-    pc->copies |= copy;
     if (copy || n->has_sig) {
         if (pc->nheld == DION__PXS_HELD) dion__pxs_barrier(pc, b);
         pc->held[pc->nheld++] = (dion__px_held_t){s, slot};
