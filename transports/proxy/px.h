@@ -180,6 +180,7 @@ typedef struct dion__pxc {
     /* for the closing log line: notices written, puts merged into queued notices, notices applied here and
      * the copies they took */
     uint64_t n_notes, n_merged, n_applied, n_copies;
+    uint64_t n_src_puts, n_src_copies; /* puts from staged windows, and the copies into shadows they took */
 } dion__pxc_t;
 
 typedef struct {

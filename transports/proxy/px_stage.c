@@ -138,9 +138,10 @@ void dion__pxs_comm_fini(dion__pxc_t *pc)
     if (pc->stage_on)
         DION_LOG(DION_LOG_INFO,
                  "proxy staging: %llu notices sent (%llu more puts merged into them), %llu applied here with "
-                 "%llu copies",
+                 "%llu copies; %llu puts from staged windows took %llu copies into their shadows",
                  (unsigned long long)pc->n_notes, (unsigned long long)pc->n_merged,
-                 (unsigned long long)pc->n_applied, (unsigned long long)pc->n_copies);
+                 (unsigned long long)pc->n_applied, (unsigned long long)pc->n_copies,
+                 (unsigned long long)pc->n_src_puts, (unsigned long long)pc->n_src_copies);
     if (pc->box_mr) pc->E->mem_dereg(pc->e, pc->box_mr);
     free(pc->box);
     if (pc->stage) dion__stage_destroy(pc->stage);
@@ -281,7 +282,9 @@ void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_c
         to = pos + i + 1;
     }
     if (to <= g->staged_to) return;
+    pc->n_src_puts += k;
     k = dion__px_coalesce(rg, k);
+    pc->n_src_copies += k;
     dion_status_t st = DION_SUCCESS;
     for (uint32_t i = 0; i < k && st == DION_SUCCESS; i++)
         st = dion__stage_copy_async(pc->stage, rg[i].r->shadow + rg[i].off, rg[i].r->base + rg[i].off,
