@@ -190,6 +190,7 @@ static dion_status_t dion__px_post_put(dion__pxc_t *pc, dion__pxg_t *g, const di
             }
             from = src->shadow + soff;
             mr = src->smr;
+            dion__pxs_source(pc, g, pos, &from, &mr); /* or its batch's copy in the source arena */
         }
         /* a counted command's source is free at this put's completion, before the command's (which also
          * waits for the signal and for every earlier position) */
