@@ -22,10 +22,11 @@
  * - fetch-add / compare-swap on a staged window: a notice; the owner applies it with a host atomic when the
  *   window is host memory (after the batch's earlier copies and signals). GPU memory cannot be updated
  *   atomically from the host: refused with a sentence.
- * - a local staged window as the source of a put is copied into its own shadow first: the copies of a batch
- *   of commands are enqueued together (one per run of touching ranges) and waited for once
- *   (dion__pxs_stage_sources); as the destination of a get, the data lands in the shadow and is copied into
- *   the window before the get completes.
+ * - a local staged window as the source of a put is copied first, for a batch of commands at once, with one
+ *   wait (dion__pxs_stage_sources): into the source arena, ranges closer than DION__PXS_GAP as one copy, held
+ *   until the batch's positions completed; where the arena has no room, into its own shadow (one copy per run
+ *   of touching ranges). As the destination of a get, the data lands in the shadow and is copied into the
+ *   window before the get completes.
  *
  * The inbox (one registered host block per rank), N = ranks, K = pc->notes:
  *   tail[N]      notices rank s wrote here (s adds their count once they are in)
@@ -48,9 +49,10 @@
  * commands (msgrate from all SMs: 16 blocks per ring), so a put's neighbour is often dozens of notices back;
  * a compare each is cheap next to a notice slot, which is held for a round trip. */
 #define DION__PXS_MERGE 64u
-#define DION__PXS_ARENA (4ull << 20) /* bytes of the source arena: staged put sources of batches in flight   \
-                                      */
-#define DION__PXS_GAP 4096u          /* source ranges this close are copied as one (the gap's bytes too) */
+#define DION__PXS_ARENA                                                                                      \
+    (4ull << 20)            /* bytes of the source arena: staged put sources of batches in flight            \
+                             */
+#define DION__PXS_GAP 4096u /* source ranges this close are copied as one (the gap's bytes too) */
 
 typedef struct {
     size_t tail, ack, res, rout, in, out, total;
