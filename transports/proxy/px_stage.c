@@ -159,7 +159,7 @@ void dion__pxs_comm_fini(dion__pxc_t *pc)
     if (pc->stage_on)
         DION_LOG(DION_LOG_INFO,
                  "proxy staging: %llu notices sent (%llu more puts merged into them), %llu applied here with "
-                 "%llu copies; %llu puts from staged windows took %llu copies into their shadows",
+                 "%llu copies; %llu puts from staged windows took %llu source copies",
                  (unsigned long long)pc->n_notes, (unsigned long long)pc->n_merged,
                  (unsigned long long)pc->n_applied, (unsigned long long)pc->n_copies,
                  (unsigned long long)pc->n_src_puts, (unsigned long long)pc->n_src_copies);
