@@ -49,10 +49,9 @@
  * commands (msgrate from all SMs: 16 blocks per ring), so a put's neighbour is often dozens of notices back;
  * a compare each is cheap next to a notice slot, which is held for a round trip. */
 #define DION__PXS_MERGE 64u
-#define DION__PXS_ARENA                                                                                      \
-    (4ull << 20)            /* bytes of the source arena: staged put sources of batches in flight            \
-                             */
-#define DION__PXS_GAP 4096u /* source ranges this close are copied as one (the gap's bytes too) */
+/* Bytes of the source arena: staged put sources of the batches in flight. */
+#define DION__PXS_ARENA (4ull << 20)
+#define DION__PXS_GAP   4096u /* source ranges this close are copied as one (the gap's bytes too) */
 
 typedef struct {
     size_t tail, ack, res, rout, in, out, total;
