@@ -161,10 +161,9 @@ static void *dion__proxy_thread_main(void *p)
         }
         nap = nap ? nap * 2 : 1000;
         if (nap > o->sleep_max_ns) nap = o->sleep_max_ns;
-        if (dion__proxy_nap(t, nap)) { /* peers' operations arrive: serve them, spin as when busy */
-            idle_since = 0;
-            nap = 0;
-        }
+        /* peers' operations arrive: serve them, and nap short again (1 us, doubling) rather than spin, so
+         * that a rank that only receives costs a wake-up per arrival, not a core */
+        if (dion__proxy_nap(t, nap)) nap = 0;
     }
     return NULL;
 }

@@ -455,10 +455,7 @@ static void *dion__snic_main(void *arg)
          * their latency (1 ms naps made the 4-rank suite five times slower) */
         if (now - idle_since < 50000) continue;
         nap = nap ? (nap * 2 > 100000 ? 100000 : nap * 2) : 1000;
-        if (dion__snic_nap(n, nap)) { /* peers' operations arrive: serve them, spin as when busy */
-            idle_since = 0;
-            nap = 0;
-        }
+        if (dion__snic_nap(n, nap)) nap = 0; /* peers' operations arrive: serve them, nap short again */
     }
     return NULL;
 }
