@@ -33,3 +33,20 @@ target_link_libraries(test_engine_ofi_gpu PRIVATE dion_internal)
 foreach(prov tcp shm)
   dion_test(NAME engine_ofi_gpu_${prov} COMMAND test_engine_ofi_gpu ${prov} LABELS gpu TIMEOUT 60)
 endforeach()
+
+# A receive-only rank whose proxy thread naps (no idle spin, 20 ms naps) serves a peer's stream of fetch-adds:
+# over tcp the naps must end through the completion queue's wait object (threads.c, engine slot wait_arm); over
+# shm (no wait object its peers reach) the data alone is checked.
+add_executable(test_proxy_idle ${CMAKE_CURRENT_SOURCE_DIR}/test_proxy_idle.c)
+target_link_libraries(test_proxy_idle PRIVATE dion_internal Threads::Threads)
+foreach(prov tcp shm)
+  dion_test(NAME proxy_idle_${prov} COMMAND test_proxy_idle ${prov} LABELS "host;cpu" TIMEOUT 180)
+endforeach()
+
+# Staged windows under dion-perf's message-rate pattern (many blocks interleaved in few rings), CPU mode: data
+# checked, rate and staging counters printed (larger shapes by hand: staged_rate_cpu BLOCKS THREADS PER REPS).
+add_executable(staged_rate_cpu ${CMAKE_CURRENT_SOURCE_DIR}/staged_rate_cpu.c)
+target_link_libraries(staged_rate_cpu PRIVATE dion_internal Threads::Threads)
+dion_test(NAME staged_rate_cpu_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:staged_rate_cpu> 16 2 16 2
+          LABELS "host;cpu" TIMEOUT 150
+          ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_PROXY_STAGING=always")

@@ -6,3 +6,8 @@ target_link_libraries(test_proxy_ring PRIVATE dion_internal)
 foreach(t topology full quiet hole threads stress)
   dion_test(NAME unit_proxy_ring_${t} COMMAND test_proxy_ring ${t} LABELS host TIMEOUT 120)
 endforeach()
+
+# The staged windows' copy coalescing (px_stage.c): runs cover exactly the ranges' bytes, joined where they touch.
+add_executable(test_px_coalesce ${CMAKE_CURRENT_SOURCE_DIR}/test_px_coalesce.c)
+target_link_libraries(test_px_coalesce PRIVATE dion_internal)
+dion_test(NAME unit_px_coalesce COMMAND test_px_coalesce LABELS host TIMEOUT 60)

@@ -43,10 +43,19 @@ typedef struct {
     uint32_t max_ops;
     uint64_t max_msg;     /* largest single put/get, bytes */
     uint32_t api_version; /* the engine library's version, e.g. FI_VERSION(1, 17) */
+    int peer_notice; /* how an idle thread on this engine learns that peers' operations arrive, which with
+                        manual progress need its poll: DION__ENGINE_NOTICE_* */
     int connect_ondemand; /* 1: an engine with peer_addr_bytes connects each peer at its first post instead
                              (verbs, DION_IB_CONNECT): the caller exchanges one address per rank through
                              address/connect, and posts to a peer return BUSY until its connection is up */
 } dion__engine_caps_t;
+
+enum {
+    DION__ENGINE_NOTICE_NONE = 0, /* it cannot tell: peers' operations wait for the thread's next poll */
+    DION__ENGINE_NOTICE_COUNTER,  /* served() says so after poll served some (a remote-operation counter) */
+    DION__ENGINE_NOTICE_WAIT,     /* wait_arm's descriptor turns readable when they arrive */
+    DION__ENGINE_NOTICE_NEEDLESS, /* they need no poll here (automatic progress, RDMA NICs) */
+};
 
 /* This rank's address, as the bootstrap exchanges it (allgather of fixed-size blobs). */
 #define DION__ENGINE_ADDR_MAX 248
@@ -173,6 +182,16 @@ typedef struct dion__engine_ops {
      * rank that only receives must not nap while peers write to it. Does not block; may look only now and
      * then. */
     int (*served)(dion__engine_t *e);
+
+    /* Optional (NULL: no wait object). Prepares a blocking wait for peers' operations and completions, so
+     * that an idle thread blocks instead of napping blind. 0: armed, *fd is a descriptor that poll(2) shows
+     * readable (POLLIN) once the engine has something for poll: peers' operations arriving, completions; the
+     * caller may then block on it (with its own timeout: the descriptor may stay quiet while a peer's
+     * operation waits in a buffer the provider already read, so every block is bounded) and calls poll
+     * after. 1: there is work now; call poll instead of blocking. -1: this engine has no such descriptor, or
+     * one that peers' operations do not reach (caps.peer_notice). Call with the engine's lock held; the
+     * block itself needs no lock. Does not block. */
+    int (*wait_arm)(dion__engine_t *e, int *fd);
 } dion__engine_ops_t;
 
 /* Whether a progress thread on this engine must stay awake: its own work (busy), else peers' operations that

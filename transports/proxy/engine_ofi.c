@@ -189,6 +189,62 @@ static dion_status_t choose(dion__engine_t *e, int want_cuda, int order_env, cha
     return DION_SUCCESS;
 }
 
+/* ---- the completion queue and its wait object ---- */
+
+/* Providers whose CQ wait object a peer's incoming operation reaches: tcp (and rxm over it) add every
+ * connection's socket to the CQ's wait set (1.17: tcpx_ep, rxm_ep_msg_cq_open), so the descriptor turns
+ * readable when a peer's write or atomic arrives, though it gives this rank no completion. shm's peers write
+ * into shared memory and signal nothing (1.17), so there the wait would only sleep: it keeps FI_WAIT_NONE
+ * and its remote-operation counter (served). */
+static int wait_reaches_peers(const char *prov)
+{
+    return !strncmp(prov, "tcp", 3);
+}
+
+/* Opens e->cq; with a wait object (FI_WAIT_FD, whose descriptor poll(2) can watch) where peers' operations
+ * reach it, falling back to none when the provider refuses. Sets e->wait_fd (-1: none). */
+static int cq_open(dion__engine_t *e, uint32_t nops)
+{
+    struct fi_cq_attr attr = {.size = nops, .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE};
+    e->wait_fd = -1;
+    const char *prov = dion__ofi_prov_name(e->info);
+    if (wait_reaches_peers(prov) &&
+        e->info->domain_attr->data_progress != FI_PROGRESS_AUTO) {
+        attr.wait_obj = FI_WAIT_FD;
+        int rc = fi_cq_open(e->domain, &attr, &e->cq, NULL), fd = -1;
+        if (rc == 0 && (rc = fi_control(&e->cq->fid, FI_GETWAIT, &fd)) == 0 && fd >= 0) {
+            e->wait_fd = fd;
+            return 0;
+        }
+        DION_LOG(DION_LOG_INFO,
+                 "ofi: provider %s gives no completion queue wait descriptor (%s); idle "
+                 "threads nap instead",
+                 prov, e->fi->strerror(rc < 0 ? -rc : rc));
+        if (e->cq) fi_close(&e->cq->fid);
+        e->cq = NULL;
+        attr.wait_obj = FI_WAIT_NONE;
+    }
+    return fi_cq_open(e->domain, &attr, &e->cq, NULL);
+}
+
+/* wait_arm (engine.h): fi_trywait says whether blocking is safe: -FI_EAGAIN when something is ready now. */
+static int ofi_wait_arm(dion__engine_t *e, int *fd)
+{
+    if (e->wait_fd < 0 || e->broken) return -1;
+    struct fid *fids[1] = {&e->cq->fid};
+    int rc = fi_trywait(e->fabric, fids, 1);
+    if (rc == -FI_EAGAIN) return 1;
+    if (rc) {
+        DION_LOG(DION_LOG_INFO, "ofi: fi_trywait failed (%s); idle threads nap instead from now on",
+                 e->fi->strerror(-rc));
+        e->wait_fd = -1;
+        return -1;
+    }
+    e->n_waits++;
+    *fd = e->wait_fd;
+    return 0;
+}
+
 /* ---- open / close ---- */
 
 static void ofi_close(dion__engine_t *e);
@@ -229,6 +285,7 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         return DION_ERR_NO_MEMORY;
     }
     e->op_timeout_ns = op_timeout;
+    e->wait_fd = -1;
     e->fi = fi;
     e->rank = a->rank;
     e->nranks = a->nranks;
@@ -258,9 +315,8 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
     uint32_t nops = a->max_ops ? a->max_ops : 1024;
     if (i->tx_attr->size && nops > i->tx_attr->size) nops = (uint32_t)i->tx_attr->size;
     if (nops < 8) nops = 8;
-    struct fi_cq_attr cq_attr = {.size = nops, .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE};
     step = "fi_cq_open";
-    if ((rc = fi_cq_open(e->domain, &cq_attr, &e->cq, NULL))) goto fi_err;
+    if ((rc = cq_open(e, nops))) goto fi_err;
     step = "fi_endpoint";
     if ((rc = fi_endpoint(e->domain, i, &e->ep, NULL))) goto fi_err;
     step = "fi_ep_bind(av)";
@@ -276,10 +332,14 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         fi_close(&e->rx_cntr->fid);
         e->rx_cntr = NULL;
     }
-    if (!e->rx_cntr)
+    e->peer_notice = i->domain_attr->data_progress == FI_PROGRESS_AUTO ? DION__ENGINE_NOTICE_NEEDLESS
+                     : e->wait_fd >= 0                                 ? DION__ENGINE_NOTICE_WAIT
+                     : e->rx_cntr                                      ? DION__ENGINE_NOTICE_COUNTER
+                                                                       : DION__ENGINE_NOTICE_NONE;
+    if (e->peer_notice == DION__ENGINE_NOTICE_NONE)
         DION_LOG(DION_LOG_INFO,
-                 "ofi: provider %s counts no remote operations (FI_RMA_EVENT): a rank that only receives "
-                 "naps after its idle spin (a proxy thread: DION_PROXY_SPIN; the gdaki softnic model: 50 us)",
+                 "ofi: provider %s neither counts remote operations (FI_RMA_EVENT) nor gives a wait object "
+                 "that they reach: a rank that only receives serves them between short naps",
                  dion__ofi_prov_name(i));
     step = "fi_enable";
     if ((rc = fi_enable(e->ep))) goto fi_err;
@@ -371,11 +431,13 @@ static void ofi_close(dion__engine_t *e)
     if (e->ep)
         DION_LOG(DION_LOG_INFO,
                  "ofi: closing; %llu posts (%llu held for order, %llu waited for provider resources, "
-                 "%llu flushes, %llu key checks), %llu CQ reads (%llu empty) returned %llu completions",
+                 "%llu flushes, %llu key checks), %llu CQ reads (%llu empty) returned %llu completions; "
+                 "%llu blocking waits armed",
                  (unsigned long long)e->n_posts, (unsigned long long)e->n_held,
                  (unsigned long long)e->busy_posts, (unsigned long long)e->n_flushes,
                  (unsigned long long)e->n_keychecks, (unsigned long long)e->n_cq_reads,
-                 (unsigned long long)e->n_cq_empty, (unsigned long long)e->n_cqes);
+                 (unsigned long long)e->n_cq_empty, (unsigned long long)e->n_cqes,
+                 (unsigned long long)e->n_waits);
     /* bound objects before what they are bound to: MRs (FI_MR_ENDPOINT) before the endpoint, the endpoint
      * before its queues and address vector */
     if (e->ops_mr.mr) fi_close(&e->ops_mr.mr->fid);
@@ -406,6 +468,7 @@ static void ofi_query(dion__engine_t *e, dion__engine_caps_t *c)
     c->cuda_mem = e->cuda_mem;
     c->delivery_complete = e->delivered;
     c->manual_progress = e->info->domain_attr->data_progress != FI_PROGRESS_AUTO;
+    c->peer_notice = e->peer_notice;
     c->max_ops = e->nops;
     c->max_msg = e->info->ep_attr->max_msg_size;
     c->api_version = e->fi->version();
@@ -537,6 +600,7 @@ const dion__engine_ops_t dion__engine_ofi = {
     .pending = dion__ofi_pending,
     .close = ofi_close,
     .served = dion__ofi_served,
+    .wait_arm = ofi_wait_arm,
 };
 
 #else /* built without <rdma/fabric.h>: the engine exists and says why it cannot open */

@@ -124,6 +124,9 @@ struct dion__engine {
     uint32_t nvk, capvk;
     uint32_t *vhash, vhcap; /* open addressing: index + 1 into vks, 0 empty */
     int queued_peers;
+    int wait_fd;     /* the CQ's wait descriptor (FI_WAIT_FD), -1: none (engine_ofi.c, wait_arm) */
+    int peer_notice; /* DION__ENGINE_NOTICE_* */
+    uint64_t n_waits;
     op_t *ops;
     uint32_t nops, free_head, inflight_total, queued_total; /* totals over the peers: pending(-1) */
     struct dion__engine_mr ops_mr;

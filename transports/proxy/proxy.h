@@ -103,6 +103,13 @@ typedef struct {
      * while operations are in flight or it did work: the thread then does not back off. */
     int (*progress)(void *arg, uint32_t thread);
     void *arg;
+    /* May be NULL. Called when the thread is about to nap: 0 with *fd set: the thread blocks on *fd (readable
+     * once the engine has work for progress: peers' operations arriving) for at most the nap instead of
+     * sleeping blind; 1: progress has work now (no nap); -1: no wait object, nap. Its own locking. */
+    int (*wait)(void *arg, uint32_t thread, int *fd);
+    /* Longest nap; 0: DION_PROXY_SLEEP_MAX. Set shorter where peers' operations need this rank's progress
+     * and nothing tells the thread they arrive (no wait object, no counter): they wait for its next nap. */
+    uint64_t nap_max_ns;
 } dion__proxy_exec_t;
 
 typedef struct dion__proxy_threads dion__proxy_threads_t;
@@ -110,7 +117,8 @@ typedef struct dion__proxy_threads dion__proxy_threads_t;
 typedef struct {
     uint64_t passes;   /* loops over the thread's rings */
     uint64_t commands; /* commands handed to execute */
-    uint64_t sleeps;   /* back-off sleeps */
+    uint64_t sleeps;   /* back-off sleeps (blind naps and blocking waits) */
+    uint64_t wakes;    /* naps the engine's wait object ended early or averted (work found when arming) */
     uint32_t rings;    /* rings this thread drains */
     int pinned;        /* 1 when pinned to the GPU's NUMA node */
 } dion__proxy_thread_stats_t;

@@ -190,6 +190,7 @@ static dion_status_t dion__px_post_put(dion__pxc_t *pc, dion__pxg_t *g, const di
             }
             from = src->shadow + soff;
             mr = src->smr;
+            dion__pxs_source(pc, g, pos, &from, &mr); /* or its batch's copy in the source arena */
         }
         /* a counted command's source is free at this put's completion, before the command's (which also
          * waits for the signal and for every earlier position) */
@@ -518,6 +519,21 @@ static int dion__px_progress(void *arg, uint32_t thread)
     return busy;
 }
 
+/* exec.wait: arms the engine's wait object under the lock (the block itself takes none). */
+static int dion__px_wait(void *arg, uint32_t thread, int *fd)
+{
+    (void)thread;
+    dion__pxc_t *pc = arg;
+    int w = -1;
+    pthread_mutex_lock(&pc->mu);
+    if (pc->e && !pc->broken && pc->E->wait_arm) w = pc->E->wait_arm(pc->e, fd);
+    pthread_mutex_unlock(&pc->mu);
+    return w;
+}
+
+/* Longest nap where nothing tells an idle thread that peers' operations (which need its progress) arrive. */
+#define DION__PX_BLIND_NAP_NS 100000ull
+
 /* (Re)starts the comm's proxy threads over the rings of every live handle. */
 static dion_status_t dion__px_threads(dion__pxc_t *pc)
 {
@@ -530,7 +546,18 @@ static dion_status_t dion__px_threads(dion__pxc_t *pc)
     uint32_t k = 0;
     for (dion__pxd_t *d = pc->devs; d; d = d->next)
         for (uint32_t i = 0; i < d->nrings; i++) all[k++] = d->rings[i];
-    dion__proxy_exec_t ex = {dion__px_execute, dion__px_progress, pc};
+    dion__proxy_exec_t ex = {dion__px_execute, dion__px_progress, pc, dion__px_wait, 0};
+    if (pc->e) {
+        dion__engine_caps_t caps;
+        pc->E->query(pc->e, &caps);
+        if (caps.manual_progress && caps.peer_notice == DION__ENGINE_NOTICE_NONE) {
+            ex.nap_max_ns = DION__PX_BLIND_NAP_NS;
+            DION_LOG(DION_LOG_INFO,
+                     "proxy: engine %s (%s) cannot tell an idle thread that peers' operations arrive: naps "
+                     "capped at %llu us, so that they wait at most that long",
+                     pc->E->name, caps.provider, DION__PX_BLIND_NAP_NS / 1000);
+        }
+    }
     dion_status_t st = dion__proxy_threads_start(all, n, &ex, pc->comm->cuda_device, &pc->threads);
     free(all);
     return st;

@@ -133,6 +133,23 @@ typedef struct {
     uint32_t slot;
 } dion__px_held_t;
 
+/* A byte range of a staged region (px_stage.c): copies to coalesce. */
+typedef struct {
+    dion__pxr_t *r;
+    uint64_t off, end;
+} dion__px_range_t;
+
+/* Sorts rg[0..n) by region and offset and joins the ranges of one region that touch or overlap (never across
+ * a gap: a gap's bytes may differ between window and shadow); returns the number of runs left in rg. */
+uint32_t dion__px_coalesce(dion__px_range_t *rg, uint32_t n);
+
+/* A batch's span of the source arena, freed once ring gid's positions below pos_end completed. */
+#define DION__PXS_SREL 256u
+typedef struct {
+    uint32_t gid;
+    uint64_t pos_end, head_end;
+} dion__px_srel_t;
+
 typedef struct dion__pxc {
     dion_comm_t comm;
     const dion__engine_ops_t *E;
@@ -163,7 +180,23 @@ typedef struct dion__pxc {
     uint64_t *head, *replied, *ackd;
     dion__px_held_t *held; /* notices of the current batch whose signals wait for its copies */
     uint32_t nheld;
-    int copies; /* copies enqueued by this batch and not waited for */
+    int copies;              /* copies enqueued by this batch and not waited for */
+    dion__px_range_t *lands; /* the batch's shadow -> window copies, coalesced before they are enqueued */
+    uint32_t nlands;
+    dion_status_t land_st; /* a failed enqueue of the batch's coalesced copies: its notices fail */
+    /* for the closing log line: notices written, puts merged into queued notices, notices applied here and
+     * the copies they took */
+    uint64_t n_notes, n_merged, n_applied, n_copies;
+    uint64_t n_src_puts, n_src_copies; /* puts from staged windows, and the copies into shadows they took */
+    /* the source arena (px_stage.c): staged put sources of a batch, copied with their gaps into one span,
+     * freed in batch order once the batch's positions completed */
+    char *sarena;
+    dion__engine_mr_t *sarena_mr;
+    uint64_t sa_head, sa_tail;
+    dion__px_srel_t srel[DION__PXS_SREL];
+    uint32_t srel_first, srel_n;
+    uint64_t *srcmap[DION__PX_GLUES]; /* per ring, per position: arena offset + 1 of its source, 0: shadow */
+    uint32_t srcmap_n[DION__PX_GLUES];
 } dion__pxc_t;
 
 typedef struct {
@@ -196,6 +229,10 @@ int dion__pxs_pending(const dion__pxc_t *pc, int peer);
  * shadows: one copy per run of touching ranges and one wait for them all; g->staged_to says how far it got.
  */
 void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n);
+/* Where the put at ring position pos reads its staged source: the source arena where its batch put it there,
+ * else *from and *mr stay (the shadow). */
+void dion__pxs_source(dion__pxc_t *pc, const dion__pxg_t *g, uint64_t pos, const char **from,
+                      dion__engine_mr_t **mr);
 /* Queues note to peer for ring position pos of g, merged into the last unsent notice where that keeps every
  * signal behind its data: BUSY when peer's notice slots are all in flight (nothing queued), else the position
  * waits for peer's acknowledgement. The progress pass puts and publishes queued notices. */

@@ -22,10 +22,11 @@
  * - fetch-add / compare-swap on a staged window: a notice; the owner applies it with a host atomic when the
  *   window is host memory (after the batch's earlier copies and signals). GPU memory cannot be updated
  *   atomically from the host: refused with a sentence.
- * - a local staged window as the source of a put is copied into its own shadow first: the copies of a batch
- *   of commands are enqueued together (one per run of touching ranges) and waited for once
- *   (dion__pxs_stage_sources); as the destination of a get, the data lands in the shadow and is copied into
- *   the window before the get completes.
+ * - a local staged window as the source of a put is copied first, for a batch of commands at once, with one
+ *   wait (dion__pxs_stage_sources): into the source arena, ranges closer than DION__PXS_GAP as one copy, held
+ *   until the batch's positions completed; where the arena has no room, into its own shadow (one copy per run
+ *   of touching ranges). As the destination of a get, the data lands in the shadow and is copied into the
+ *   window before the get completes.
  *
  * The inbox (one registered host block per rank), N = ranks, K = pc->notes:
  *   tail[N]      notices rank s wrote here (s adds their count once they are in)
@@ -43,8 +44,14 @@
 #include "transports/proxy/px.h"
 #include "transports/transport.h"
 
-#define DION__PXS_HELD  1024u /* notices applied before their batch's copies are waited for */
-#define DION__PXS_MERGE 8u    /* queued notices a put looks back through for one to merge into */
+#define DION__PXS_HELD 1024u /* notices applied before their batch's copies are waited for */
+/* Queued notices a put looks back through for one to merge into. Blocks that share a ring interleave their
+ * commands (msgrate from all SMs: 16 blocks per ring), so a put's neighbour is often dozens of notices back;
+ * a compare each is cheap next to a notice slot, which is held for a round trip. */
+#define DION__PXS_MERGE 64u
+/* Bytes of the source arena: staged put sources of the batches in flight. */
+#define DION__PXS_ARENA (4ull << 20)
+#define DION__PXS_GAP   4096u /* source ranges this close are copied as one (the gap's bytes too) */
 
 typedef struct {
     size_t tail, ack, res, rout, in, out, total;
@@ -108,13 +115,31 @@ dion_status_t dion__pxs_comm_init(dion__pxc_t *pc)
         memset(pc->box, 0, b.total);
         st = pc->E->mem_reg(pc->e, pc->box, b.total, DION__ENGINE_MEM_HOST, &pc->box_mr, &rk);
     }
+    /* the source arena is optional: without it sources are copied into the shadows, touching runs joined */
+    if (st == DION_SUCCESS &&
+        dion__stage_shadow_alloc(pc->stage, DION__PXS_ARENA, (void **)&pc->sarena) == DION_SUCCESS) {
+        dion__engine_rkey_t ark;
+        if (pc->E->mem_reg(pc->e, pc->sarena, DION__PXS_ARENA, DION__ENGINE_MEM_HOST, &pc->sarena_mr, &ark) !=
+            DION_SUCCESS) {
+            DION_LOG(DION_LOG_INFO, "proxy staging: no source arena (%s)", dion_last_error());
+            dion__error_clear();
+            dion__stage_shadow_free(pc->stage, pc->sarena);
+            pc->sarena = NULL;
+        }
+    } else if (st == DION_SUCCESS) {
+        DION_LOG(DION_LOG_INFO, "proxy staging: no source arena (%s)", dion_last_error());
+        dion__error_clear();
+        pc->sarena = NULL;
+    }
     pc->box_rk = calloc((size_t)n, sizeof *pc->box_rk);
     uint64_t **ctr[] = {&pc->sent, &pc->wput, &pc->pub, &pc->acked, &pc->head, &pc->replied, &pc->ackd};
     int oom = 0;
     for (size_t i = 0; i < sizeof ctr / sizeof ctr[0]; i++) oom |= !(*ctr[i] = calloc((size_t)n, 8));
     pc->waitq = calloc((size_t)n, sizeof *pc->waitq);
     pc->held = calloc(DION__PXS_HELD, sizeof *pc->held);
-    if (st == DION_SUCCESS && (oom || !pc->box_rk || !pc->waitq || !pc->held))
+    /* every land is held, and a full held list flushes them: at most HELD + 1 at once */
+    pc->lands = calloc(DION__PXS_HELD + 1, sizeof *pc->lands);
+    if (st == DION_SUCCESS && (oom || !pc->box_rk || !pc->waitq || !pc->held || !pc->lands))
         st = dion__error(DION_ERR_NO_MEMORY, "out of memory");
     ag = dion__comm_agree(c, st, "opening the proxy's staging inbox");
     if (ag == DION_SUCCESS) ag = dion__boot_allgather(c->boot, &rk, sizeof rk, pc->box_rk);
@@ -130,8 +155,18 @@ dion_status_t dion__pxs_comm_init(dion__pxc_t *pc)
 
 void dion__pxs_comm_fini(dion__pxc_t *pc)
 {
+    if (pc->stage_on)
+        DION_LOG(DION_LOG_INFO,
+                 "proxy staging: %llu notices sent (%llu more puts merged into them), %llu applied here with "
+                 "%llu copies; %llu puts from staged windows took %llu source copies",
+                 (unsigned long long)pc->n_notes, (unsigned long long)pc->n_merged,
+                 (unsigned long long)pc->n_applied, (unsigned long long)pc->n_copies,
+                 (unsigned long long)pc->n_src_puts, (unsigned long long)pc->n_src_copies);
     if (pc->box_mr) pc->E->mem_dereg(pc->e, pc->box_mr);
     free(pc->box);
+    if (pc->sarena_mr) pc->E->mem_dereg(pc->e, pc->sarena_mr);
+    if (pc->sarena) dion__stage_shadow_free(pc->stage, pc->sarena);
+    for (uint32_t i = 0; i < DION__PX_GLUES; i++) free(pc->srcmap[i]);
     if (pc->stage) dion__stage_destroy(pc->stage);
     free(pc->box_rk);
     uint64_t *ctr[] = {pc->sent, pc->wput, pc->pub, pc->acked, pc->head, pc->replied, pc->ackd};
@@ -139,6 +174,7 @@ void dion__pxs_comm_fini(dion__pxc_t *pc)
     for (int r = 0; pc->waitq && r < pc->comm->nranks; r++) free(pc->waitq[r].w);
     free(pc->waitq);
     free(pc->held);
+    free(pc->lands);
 }
 
 dion_status_t dion__pxs_export(dion__pxc_t *pc, void *base, size_t bytes, dion__px_desc_t *desc,
@@ -225,22 +261,116 @@ int dion__pxs_pending(const dion__pxc_t *pc, int peer)
 
 /* ---- the initiator's side: staged sources, queued notices, acknowledgements ---- */
 
-typedef struct {
-    dion__pxr_t *r;
-    uint64_t off, end;
-} dion__pxs_range_t;
-
 static int dion__pxs_range_cmp(const void *a, const void *b)
 {
-    const dion__pxs_range_t *x = a, *y = b;
+    const dion__px_range_t *x = a, *y = b;
     if (x->r != y->r) return (uintptr_t)x->r < (uintptr_t)y->r ? -1 : 1;
     return x->off < y->off ? -1 : x->off > y->off;
+}
+
+uint32_t dion__px_coalesce(dion__px_range_t *rg, uint32_t n)
+{
+    if (n < 2) return n;
+    qsort(rg, n, sizeof rg[0], dion__pxs_range_cmp);
+    uint32_t k = 0;
+    for (uint32_t i = 1; i < n; i++) {
+        if (rg[i].r == rg[k].r && rg[i].off <= rg[k].end) { /* touching or overlapping: one run */
+            if (rg[i].end > rg[k].end) rg[k].end = rg[i].end;
+        } else {
+            rg[++k] = rg[i];
+        }
+    }
+    return k + 1;
+}
+
+/* Frees the arena space of batches whose positions all completed (in batch order; a batch of a ring that is
+ * gone frees at once: its handle was destroyed after a quiet). */
+static void dion__pxs_arena_release(dion__pxc_t *pc)
+{
+    while (pc->srel_n) {
+        const dion__px_srel_t *e = &pc->srel[pc->srel_first];
+        const dion__pxg_t *g = e->gid < DION__PX_GLUES ? pc->gtab[e->gid] : NULL;
+        if (g && g->done < e->pos_end) break;
+        pc->sa_tail = e->head_end;
+        pc->srel_first = (pc->srel_first + 1) % DION__PXS_SREL;
+        pc->srel_n--;
+    }
+}
+
+/* Reserves bytes of the source arena (contiguous); its offset, or -1 when it has no room now. */
+static int64_t dion__pxs_arena_take(dion__pxc_t *pc, uint64_t bytes)
+{
+    if (!pc->sarena || !bytes || bytes > DION__PXS_ARENA / 4 || pc->srel_n == DION__PXS_SREL) return -1;
+    uint64_t at = pc->sa_head % DION__PXS_ARENA,
+             skip = at + bytes > DION__PXS_ARENA ? DION__PXS_ARENA - at : 0;
+    if (pc->sa_head + skip + bytes - pc->sa_tail > DION__PXS_ARENA) return -1;
+    pc->sa_head += skip;
+    int64_t off = (int64_t)(pc->sa_head % DION__PXS_ARENA);
+    pc->sa_head += bytes;
+    return off;
+}
+
+typedef struct {
+    dion__pxr_t *r;
+    uint64_t off, end, pos;
+} dion__pxs_src_t;
+
+static int dion__pxs_src_cmp(const void *a, const void *b)
+{
+    const dion__pxs_src_t *x = a, *y = b;
+    if (x->r != y->r) return (uintptr_t)x->r < (uintptr_t)y->r ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The batch's sources through the arena: runs of ranges closer than DION__PXS_GAP are copied whole (gap bytes
+ * too: nobody else reads or writes the arena) into one reserved span, and each position reads its bytes there
+ * (srcmap). 0 when the arena has no room (the caller copies into the shadows instead). */
+static int dion__pxs_arena_sources(dion__pxc_t *pc, dion__pxg_t *g, dion__pxs_src_t *it, uint32_t k,
+                                   uint64_t to, dion_status_t *st)
+{
+    uint32_t nslots = g->r->nslots;
+    if (!pc->sarena || g->gid >= DION__PX_GLUES) return 0;
+    if (!pc->srcmap[g->gid] || pc->srcmap_n[g->gid] != nslots) {
+        free(pc->srcmap[g->gid]);
+        pc->srcmap[g->gid] = calloc(nslots, sizeof(uint64_t));
+        pc->srcmap_n[g->gid] = pc->srcmap[g->gid] ? nslots : 0;
+        if (!pc->srcmap[g->gid]) return 0;
+    }
+    qsort(it, k, sizeof it[0], dion__pxs_src_cmp);
+    uint64_t need = 0, runs = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        int joins = i && it[i].r == it[i - 1].r && it[i].off <= it[i - 1].end + DION__PXS_GAP;
+        uint64_t lo = joins ? it[i - 1].end : it[i].off;
+        if (it[i].end > lo) need += it[i].end - lo;
+        if (joins && it[i].end < it[i - 1].end) it[i].end = it[i - 1].end; /* the run's end so far */
+        runs += !joins;
+    }
+    dion__pxs_arena_release(pc);
+    int64_t at = dion__pxs_arena_take(pc, need);
+    if (at < 0) return 0;
+    uint64_t *map = pc->srcmap[g->gid], mask = g->r->dev.mask;
+    for (uint64_t p = g->staged_to > g->exec ? g->staged_to : g->exec; p < to; p++) map[p & mask] = 0;
+    uint64_t run_off = 0, run_at = (uint64_t)at;
+    for (uint32_t i = 0, j; i < k && *st == DION_SUCCESS; i = j) {
+        uint64_t end = it[i].end;
+        for (j = i + 1; j < k && it[j].r == it[i].r && it[j].off <= end + DION__PXS_GAP; j++)
+            if (it[j].end > end) end = it[j].end;
+        run_off = it[i].off;
+        *st = dion__stage_copy_async(pc->stage, pc->sarena + run_at, it[i].r->base + run_off, end - run_off,
+                                     "copying staged windows' put sources into the source arena");
+        for (uint32_t m = i; m < j; m++) map[it[m].pos & mask] = run_at + (it[m].off - run_off) + 1;
+        run_at += end - run_off;
+    }
+    pc->n_src_copies += runs;
+    pc->srel[(pc->srel_first + pc->srel_n) % DION__PXS_SREL] = (dion__px_srel_t){g->gid, to, pc->sa_head};
+    pc->srel_n++;
+    return 1;
 }
 
 void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n)
 {
     if (!pc->stage_on) return;
-    dion__pxs_range_t rg[64];
+    dion__pxs_src_t it[64];
     uint32_t k = 0;
     uint64_t pos = g->exec, to = g->staged_to > pos ? g->staged_to : pos;
     for (uint32_t i = 0; i < n && k < 64; i++) {
@@ -254,25 +384,41 @@ void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_c
             dion__pxr_t *r = dion__px_find(pc, c->u.rma.src_win);
             uint64_t off = c->u.rma.src_off, bytes = c->u.rma.bytes;
             if (!r || off > r->bytes || bytes > r->bytes - off) break; /* the post reports it */
-            if (r->staged) rg[k++] = (dion__pxs_range_t){r, off, off + bytes};
+            if (r->staged) it[k++] = (dion__pxs_src_t){r, off, off + bytes, pos + i};
         }
         to = pos + i + 1;
     }
     if (to <= g->staged_to) return;
-    qsort(rg, k, sizeof rg[0], dion__pxs_range_cmp);
+    pc->n_src_puts += k;
     dion_status_t st = DION_SUCCESS;
-    for (uint32_t i = 0; i < k && st == DION_SUCCESS;) {
-        dion__pxs_range_t run = rg[i++];
-        while (i < k && rg[i].r == run.r && rg[i].off <= run.end) { /* touching: one copy */
-            if (rg[i].end > run.end) run.end = rg[i].end;
-            i++;
-        }
-        st = dion__stage_copy_async(pc->stage, run.r->shadow + run.off, run.r->base + run.off,
-                                    run.end - run.off, "copying a staged window into its host shadow");
+    if (!k || !dion__pxs_arena_sources(pc, g, it, k, to, &st)) {
+        /* into the shadows: one copy per run of touching ranges (never across a gap, whose shadow bytes may
+         * hold a peer's landed data) */
+        dion__px_range_t rg[64];
+        for (uint32_t i = 0; i < k; i++) rg[i] = (dion__px_range_t){it[i].r, it[i].off, it[i].end};
+        k = dion__px_coalesce(rg, k);
+        pc->n_src_copies += k;
+        uint64_t *map = g->gid < DION__PX_GLUES ? pc->srcmap[g->gid] : NULL;
+        for (uint64_t p = g->staged_to > pos ? g->staged_to : pos; map && p < to; p++)
+            map[p & g->r->dev.mask] = 0;
+        for (uint32_t i = 0; i < k && st == DION_SUCCESS; i++)
+            st =
+                dion__stage_copy_async(pc->stage, rg[i].r->shadow + rg[i].off, rg[i].r->base + rg[i].off,
+                                       rg[i].end - rg[i].off, "copying a staged window into its host shadow");
     }
     if (st == DION_SUCCESS)
         st = dion__stage_wait(pc->stage, "copying staged windows into their host shadows");
     if (st == DION_SUCCESS) g->staged_to = to; /* else each put copies its own and reports the failure */
+}
+
+void dion__pxs_source(dion__pxc_t *pc, const dion__pxg_t *g, uint64_t pos, const char **from,
+                      dion__engine_mr_t **mr)
+{
+    if (pos >= g->staged_to || g->gid >= DION__PX_GLUES || !pc->srcmap[g->gid]) return;
+    uint64_t v = pc->srcmap[g->gid][pos & g->r->dev.mask];
+    if (!v) return;
+    *from = pc->sarena + v - 1;
+    *mr = pc->sarena_mr;
 }
 
 static dion_status_t dion__pxs_wait_push(dion__pxc_t *pc, int peer, const dion__pxg_t *g, uint64_t pos,
@@ -328,6 +474,7 @@ dion_status_t dion__pxs_send(dion__pxc_t *pc, dion__pxg_t *g, uint64_t pos, int 
         dion_status_t st = dion__pxs_wait_push(pc, peer, g, pos, amo, (uint64_t)into);
         if (st != DION_SUCCESS) return st;
         dion__px_note_t *m = &out[(uint64_t)into % pc->notes];
+        pc->n_merged++;
         if (note->op == DION__PXN_LAND) {
             uint64_t lo = note->off < m->off ? note->off : m->off;
             uint64_t hi =
@@ -353,6 +500,7 @@ dion_status_t dion__pxs_send(dion__pxc_t *pc, dion__pxg_t *g, uint64_t pos, int 
     uint64_t *res = dion__px_word(pc, b.res) + ((size_t)peer * pc->notes + slot) * 2;
     res[0] = res[1] = 0; /* the peer writes here only for results and failures */
     pc->sent[peer] = nth + 1;
+    pc->n_notes++;
     return DION_SUCCESS;
 }
 
@@ -475,11 +623,33 @@ static void dion__pxs_failed(uint64_t *rout, dion_status_t st)
 
 /* Waits for the batch's copies, then applies the held notices' signals in the order they came (a notice whose
  * copy failed gets the failure instead of its signal). */
+/* Enqueues the batch's shadow -> window copies so far, one per run of touching ranges (notices that
+ * merging at the sender could not join: puts of many blocks interleaved in one ring). They all read the
+ * shadow after every notice of the batch arrived, so a run may carry bytes of a later notice early, never a
+ * gap's. */
+static void dion__pxs_lands(dion__pxc_t *pc)
+{
+    uint32_t k = dion__px_coalesce(pc->lands, pc->nlands);
+    for (uint32_t i = 0; i < k && pc->land_st == DION_SUCCESS; i++) {
+        const dion__px_range_t *x = &pc->lands[i];
+        pc->land_st = dion__stage_copy_async(pc->stage, x->r->base + x->off, x->r->shadow + x->off,
+                                             x->end - x->off, "copying a host shadow into its staged window");
+        pc->copies = 1;
+        pc->n_copies++;
+    }
+    pc->nlands = 0;
+}
+
 static void dion__pxs_barrier(dion__pxc_t *pc, const dion__px_box_t *b)
 {
-    dion_status_t cs = DION_SUCCESS;
-    if (pc->copies) cs = dion__stage_wait(pc->stage, "copying host shadows into their staged windows");
+    dion__pxs_lands(pc);
+    dion_status_t cs = pc->land_st;
+    if (pc->copies) {
+        dion_status_t ws = dion__stage_wait(pc->stage, "copying host shadows into their staged windows");
+        if (cs == DION_SUCCESS) cs = ws;
+    }
     pc->copies = 0;
+    pc->land_st = DION_SUCCESS;
     for (uint32_t i = 0; i < pc->nheld; i++) {
         const dion__px_held_t *h = &pc->held[i];
         const dion__px_note_t *n = dion__pxs_in(pc, b, h->from, h->slot);
@@ -502,6 +672,7 @@ static void dion__pxs_apply(dion__pxc_t *pc, const dion__px_box_t *b, int s, uin
     dion_status_t st = DION_SUCCESS;
     int copy = 0;
     rout[0] = rout[1] = 0;
+    pc->n_applied++;
     switch (n->op) {
     case DION__PXN_LAND:
     case DION__PXN_GET:
@@ -512,13 +683,16 @@ static void dion__pxs_apply(dion__pxc_t *pc, const dion__px_box_t *b, int s, uin
                 "proxy staging: %llu bytes at offset %llu of window %u on rank %d, which has %llu",
                 (unsigned long long)n->bytes, (unsigned long long)n->off, r->id, pc->comm->rank,
                 (unsigned long long)r->bytes);
-        if (st == DION_SUCCESS && n->bytes) {
-            int land = n->op == DION__PXN_LAND;
-            st = dion__stage_copy_async(pc->stage, (land ? r->base : r->shadow) + n->off,
-                                        (land ? r->shadow : r->base) + n->off, n->bytes,
-                                        land ? "copying a host shadow into its staged window"
-                                             : "copying a staged window into its host shadow");
+        if (st == DION_SUCCESS && n->bytes && n->op == DION__PXN_LAND) { /* coalesced at the barrier */
+            pc->lands[pc->nlands++] = (dion__px_range_t){r, n->off, n->off + n->bytes};
+            copy = 1;
+        } else if (st == DION_SUCCESS && n->bytes) { /* GET: after the lands before it */
+            dion__pxs_lands(pc);
+            st = dion__stage_copy_async(pc->stage, r->shadow + n->off, r->base + n->off, n->bytes,
+                                        "copying a staged window into its host shadow");
             copy = st == DION_SUCCESS;
+            pc->copies |= copy;
+            pc->n_copies += (uint64_t)copy;
         }
         break;
     case DION__PXN_SIG:
@@ -558,7 +732,6 @@ static void dion__pxs_apply(dion__pxc_t *pc, const dion__px_box_t *b, int s, uin
         dion__pxs_failed(rout, st);
         return;
     }
-    pc->copies |= copy;
     if (copy || n->has_sig) {
         if (pc->nheld == DION__PXS_HELD) dion__pxs_barrier(pc, b);
         pc->held[pc->nheld++] = (dion__px_held_t){s, slot};

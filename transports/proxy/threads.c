@@ -1,14 +1,20 @@
 /* Proxy threads: each drains its share of the rings in batches, hands the commands to the engine through
  * dion__proxy_exec_t, frees slots and publishes completions. A thread with nothing to do spins for
  * DION_PROXY_SPIN, then sleeps with doubling naps up to DION_PROXY_SLEEP_MAX: an idle ring costs a wake-up
- * per nap, and the first command after a quiet spell waits up to one nap (docs/backends/proxy.md). */
+ * per nap, and the first command after a quiet spell waits up to one nap (docs/backends/proxy.md). Where the
+ * engine has a wait object (tcp), a nap is a poll(2) on it, so peers' operations that need this rank's
+ * progress end the nap when they arrive; ring producers (GPU threads among them) cannot write a descriptor,
+ * so the nap's bound stays their wake-up. stop wakes every thread through an eventfd. */
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "proxy.h"
 #include "src/cuda.h"
@@ -37,6 +43,7 @@ struct dion__proxy_threads {
     uint32_t n;
     int stop;
     uint64_t spin_ns, sleep_max_ns;
+    int stop_fd; /* eventfd written by stop: ends every nap at once (-1: none, naps run out) */
     dion__proxy_ring_t **all;
     uint32_t nall;
     dion__proxy_thread_t *th;
@@ -81,10 +88,38 @@ static int dion__proxy_drain(dion__proxy_thread_t *t, dion__proxy_ring_t *r)
     return did;
 }
 
-static void dion__proxy_nap(uint64_t ns)
+/* One nap of at most ns: a poll(2) on the engine's wait descriptor where it has one, and on the stop
+ * eventfd. Returns 1 when the engine's descriptor (or an arm that found work) ended it: work for progress. */
+static int dion__proxy_nap(dion__proxy_thread_t *t, uint64_t ns)
 {
+    dion__proxy_threads_t *o = t->owner;
+    struct pollfd pf[2];
+    nfds_t n = 0;
+    int efd = -1;
+    if (o->exec.wait) {
+        int w = o->exec.wait(o->exec.arg, t->index, &efd);
+        if (w > 0) {
+            DION__STAT_ADD(t->stats.wakes, 1);
+            return 1;
+        }
+        if (w < 0) efd = -1;
+    }
+    if (efd >= 0) pf[n++] = (struct pollfd){.fd = efd, .events = POLLIN};
+    if (o->stop_fd >= 0) pf[n++] = (struct pollfd){.fd = o->stop_fd, .events = POLLIN};
+    DION__STAT_ADD(t->stats.sleeps, 1);
+    if (n == 0) {
+        struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+        nanosleep(&ts, NULL);
+        return 0;
+    }
+    /* poll counts milliseconds; ppoll takes the nap as it is */
     struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    nanosleep(&ts, NULL);
+    int k = ppoll(pf, n, &ts, NULL);
+    if (k > 0 && efd >= 0 && (pf[0].revents & (POLLIN | POLLERR | POLLHUP))) {
+        DION__STAT_ADD(t->stats.wakes, 1);
+        return 1;
+    }
+    return 0;
 }
 
 static void *dion__proxy_thread_main(void *p)
@@ -126,8 +161,9 @@ static void *dion__proxy_thread_main(void *p)
         }
         nap = nap ? nap * 2 : 1000;
         if (nap > o->sleep_max_ns) nap = o->sleep_max_ns;
-        DION__STAT_ADD(t->stats.sleeps, 1);
-        dion__proxy_nap(nap);
+        /* peers' operations arrive: serve them, and nap short again (1 us, doubling) rather than spin, so
+         * that a rank that only receives costs a wake-up per arrival, not a core */
+        if (dion__proxy_nap(t, nap)) nap = 0;
     }
     return NULL;
 }
@@ -237,6 +273,7 @@ dion_status_t dion__proxy_threads_start(dion__proxy_ring_t *const *rings, uint32
     if (st == DION_SUCCESS) st = dion__cfg_duration_ns("DION_PROXY_SPIN", &spin);
     if (st == DION_SUCCESS) st = dion__cfg_duration_ns("DION_PROXY_SLEEP_MAX", &sleep_max);
     if (st != DION_SUCCESS) return st;
+    if (exec->nap_max_ns && exec->nap_max_ns < sleep_max) sleep_max = exec->nap_max_ns;
     if (sleep_max < 1000) sleep_max = 1000;
     uint32_t n = nrings < (uint32_t)want ? nrings : (uint32_t)want;
     if (n == 0) n = 1; /* a thread also drives the engine's progress when there is no ring yet */
@@ -257,6 +294,7 @@ dion_status_t dion__proxy_threads_start(dion__proxy_ring_t *const *rings, uint32
     o->spin_ns = spin;
     o->sleep_max_ns = sleep_max;
     o->nall = nrings;
+    o->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* without one, stop waits for the naps to end */
     cpu_set_t near;
     int pin = cuda_device >= 0 && dion__proxy_gpu_cpus(cuda_device, &near) > 0;
     uint32_t k = 0;
@@ -280,9 +318,10 @@ dion_status_t dion__proxy_threads_start(dion__proxy_ring_t *const *rings, uint32
         }
         o->th[th].started = 1;
     }
-    DION_LOG(DION_LOG_INFO, "%u proxy thread%s for %u ring%s (spin %llu ns, naps up to %llu ns)", n,
+    DION_LOG(DION_LOG_INFO, "%u proxy thread%s for %u ring%s (spin %llu ns, naps up to %llu ns%s)", n,
              n == 1 ? "" : "s", nrings, nrings == 1 ? "" : "s", (unsigned long long)spin,
-             (unsigned long long)sleep_max);
+             (unsigned long long)sleep_max,
+             exec->wait ? ", blocking on the engine's wait object where it has one" : "");
     *out = o;
     return DION_SUCCESS;
 }
@@ -291,15 +330,22 @@ void dion__proxy_threads_stop(dion__proxy_threads_t *o)
 {
     if (!o) return;
     __atomic_store_n(&o->stop, 1, __ATOMIC_RELEASE);
+    if (o->stop_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(o->stop_fd, &one, sizeof one); /* should it fail, the naps run out instead */
+        (void)w;
+    }
     for (uint32_t i = 0; i < o->n; i++)
         if (o->th[i].started) {
             pthread_join(o->th[i].tid, NULL);
             const dion__proxy_thread_stats_t *s = &o->th[i].stats;
             if (s->commands)
-                DION_LOG(DION_LOG_INFO, "proxy thread %u: %llu commands, %llu passes, %llu naps", i,
-                         (unsigned long long)s->commands, (unsigned long long)s->passes,
-                         (unsigned long long)s->sleeps);
+                DION_LOG(DION_LOG_INFO,
+                         "proxy thread %u: %llu commands, %llu passes, %llu naps (%llu ended by the engine)",
+                         i, (unsigned long long)s->commands, (unsigned long long)s->passes,
+                         (unsigned long long)s->sleeps, (unsigned long long)s->wakes);
         }
+    if (o->stop_fd >= 0) close(o->stop_fd);
     for (uint32_t i = 0; i < o->nall; i++) dion__proxy_ring_publish(o->all[i]);
     free(o->all);
     free(o->th);
@@ -320,6 +366,7 @@ void dion__proxy_threads_stats(const dion__proxy_threads_t *o, uint32_t thread,
     out->passes = __atomic_load_n(&s->passes, __ATOMIC_RELAXED);
     out->commands = __atomic_load_n(&s->commands, __ATOMIC_RELAXED);
     out->sleeps = __atomic_load_n(&s->sleeps, __ATOMIC_RELAXED);
+    out->wakes = __atomic_load_n(&s->wakes, __ATOMIC_RELAXED);
     out->rings = s->rings;
     out->pinned = __atomic_load_n(&s->pinned, __ATOMIC_RELAXED);
 }

@@ -7,6 +7,7 @@
  * with an error CQE (and a log sentence); the QP is then in error and does nothing more, as a real QP in ERR
  * (the model writes no flush CQEs, so the first error's syndrome stays readable). DION_SOFTNIC_INJECT fails
  * a chosen WQE on purpose. What the model cannot show (PCIe ordering, MMIO, real timing): docs/gdaki.md. */
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,7 @@ struct dion__gdaki_nic {
     dion__gdaki_qp_t *qps[DION__SNIC_MAX_QPS];
     uint8_t inject_syn;
     uint64_t inject_at, executed;
+    uint64_t naps, wakes; /* idle naps, and those the engine's wait object ended (the model's thread only) */
 };
 
 /* ---- lookups ---- */
@@ -402,6 +404,28 @@ static int dion__snic_progress(dion__gdaki_nic_t *n)
     return k > 0;
 }
 
+/* One nap of at most ns. Where the engine has a wait object that peers' operations reach (tcp), a poll(2)
+ * on it, so they end the nap; the GPU's doorbells cannot, so the nap's bound stays their pickup. Returns 1
+ * when the engine has work (the descriptor turned readable, or arming found some). */
+static int dion__snic_nap(dion__gdaki_nic_t *n, uint64_t ns)
+{
+    int fd = -1, w = -1;
+    pthread_mutex_lock(&n->mu);
+    if (n->E->wait_arm) w = n->E->wait_arm(n->e, &fd);
+    pthread_mutex_unlock(&n->mu);
+    if (w > 0) return 1;
+    struct timespec ts = {0, (long)ns};
+    n->naps++;
+    if (w < 0) {
+        nanosleep(&ts, NULL);
+        return 0;
+    }
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int k = ppoll(&pf, 1, &ts, NULL);
+    if (k > 0) n->wakes++;
+    return k > 0;
+}
+
 static void *dion__snic_main(void *arg)
 {
     dion__gdaki_nic_t *n = arg;
@@ -431,8 +455,7 @@ static void *dion__snic_main(void *arg)
          * their latency (1 ms naps made the 4-rank suite five times slower) */
         if (now - idle_since < 50000) continue;
         nap = nap ? (nap * 2 > 100000 ? 100000 : nap * 2) : 1000;
-        struct timespec ts = {0, (long)nap};
-        nanosleep(&ts, NULL);
+        if (dion__snic_nap(n, nap)) nap = 0; /* peers' operations arrive: serve them, nap short again */
     }
     return NULL;
 }
@@ -550,6 +573,8 @@ static void dion__snic_close(dion__gdaki_nic_t *n)
     if (n->started) {
         __atomic_store_n(&n->stop, 1, __ATOMIC_RELEASE);
         pthread_join(n->th, NULL);
+        DION_LOG(DION_LOG_INFO, "softnic rank %d: %llu idle naps, %llu ended by the engine's wait object",
+                 n->comm ? n->comm->rank : -1, (unsigned long long)n->naps, (unsigned long long)n->wakes);
     }
     while (n->rems) {
         dion__snic_rem_t *r = n->rems;
