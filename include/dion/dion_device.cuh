@@ -630,6 +630,17 @@ DION_HD int dion__fast_rma(const dion_ctx_t *c, int peer, dion_dwin_t a, dion_dw
  * table fallbacks, and the table in warps 4 and up: DION__BLOCK_BASES). */
 #define DION__LK_GENERAL(g) ((g) == DION__BLOCK ? DION__LK_ANY : DION__LK_SLOW)
 
+/* Candidate (perf/CMakeLists.txt, p2p_bench_bfast): with DION__BLOCK_FAST=1 block puts and put_signals take
+ * the fast path too, with a copy of their own (device/p2p.cuh, dion__p2p_put_block_inl): bases from the
+ * parameter bank in every warp, alignment tested on the addresses, threads without a 16-byte element gone
+ * before the copy, no table load; what a block of 32 warps runs before its barrier is then about what a
+ * hand-written LSA copy runs (docs/results/perf10-notes.md, "Fourth pass"). Same results as the default. */
+#ifndef DION__BLOCK_FAST
+#define DION__BLOCK_FAST 0
+#endif
+/* Whether a call by group g may take the fast path (a constant but for dion__fast_rma's test). */
+#define DION__FAST_GROUP(g) (DION__BLOCK_FAST || (g) != DION__BLOCK)
+
 /* ---- put ---- */
 
 /* The p2p part of a put once the call is known to be good: the copy, the group's sync, the counter and the
@@ -658,7 +669,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
 {
     uint32_t r = dion__group_rank(g);
     uint64_t t0 = dion__trace_start(&c);
-    if (g != DION__BLOCK && dion__fast_rma(&c, peer, dst, src)) {
+    if (DION__FAST_GROUP(g) && dion__fast_rma(&c, peer, dst, src)) {
         dion__put_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, counter, t0, DION__LK_INLINE);
         return;
     }
@@ -767,6 +778,27 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
     if (counter != DION__NO_COUNTER) counter %= DION_NUM_COUNTERS;
+#if DION__GPU
+    if (g == DION__BLOCK && mode == DION__LK_INLINE) { /* DION__BLOCK_FAST */
+        /* The leader finds its signal word and scope before the copy: after the barrier only the fence and
+         * the store are left between the block's last data store and the peer's flag. */
+        uint64_t *word = NULL;
+        uint32_t scope = 0;
+        if (r == 0) {
+            word = dion__peer_signals_at(&c->dev, peer, mode) + sig;
+            scope = dion__p2p_scope_at(c, peer, dst, mode);
+            /* opaque to the compiler, which would otherwise recompute both after the barrier */
+            asm volatile("" : "+l"(word), "+r"(scope));
+        }
+        dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
+        dion__group_sync(g);
+        if (r == 0) {
+            dion__p2p_signal_after_data(word, value, (uint32_t)op & 1u, scope);
+            dion__put_signal_done(c, peer, sig, op, value, bytes, counter, t0, DION_SUCCESS);
+        }
+        return;
+    }
+#endif
     dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
     /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
     dion__group_sync(g);
@@ -794,11 +826,7 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
          * works out where to signal: in a block every instruction that all threads run costs 32 warps' issue.
          */
         uint64_t *word = dion__peer_signals_at(&c->dev, peer, mode) + sig;
-        uint32_t scope = dion__p2p_scope_at(c, peer, dst, mode);
-        if ((uint32_t)op & 1u)
-            dion__red_add_release(word, value, scope);
-        else
-            dion__st_release(word, value, scope);
+        dion__p2p_signal_after_data(word, value, (uint32_t)op & 1u, dion__p2p_scope_at(c, peer, dst, mode));
         dion__put_signal_done(c, peer, sig, op, value, bytes, counter, t0, DION_SUCCESS);
     }
     (void)t0;
@@ -811,7 +839,7 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
 {
     uint32_t r = dion__group_rank(g);
     uint64_t t0 = dion__trace_start(&c);
-    if (g != DION__BLOCK && dion__fast_rma(&c, peer, dst, src)) {
+    if (DION__FAST_GROUP(g) && dion__fast_rma(&c, peer, dst, src)) {
         dion__put_signal_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, sig, op, value, counter, t0,
                              DION__LK_INLINE);
         return;
