@@ -780,11 +780,14 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
     if (counter != DION__NO_COUNTER) counter %= DION_NUM_COUNTERS;
 #if DION__GPU
     if (g == DION__BLOCK && mode == DION__LK_INLINE) { /* DION__BLOCK_FAST */
-        /* The leader finds its signal word and scope before the copy: after the barrier only the fence and
-         * the store are left between the block's last data store and the peer's flag. */
+        /* The block's last thread signals: below 16 bytes per thread it has no part of the copy, so it works
+         * out the signal word and scope while the copying threads are still on their way to the barrier, and
+         * after the barrier only the fence and the store are left between the data and the peer's flag. Any
+         * thread may: the barrier orders every thread's stores before its release. */
+        const uint32_t lead = n - 1;
         uint64_t *word = NULL;
         uint32_t scope = 0;
-        if (r == 0) {
+        if (r == lead) {
             word = dion__peer_signals_at(&c->dev, peer, mode) + sig;
             scope = dion__p2p_scope_at(c, peer, dst, mode);
             /* opaque to the compiler, which would otherwise recompute both after the barrier */
@@ -792,7 +795,7 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
         }
         dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
         dion__group_sync(g);
-        if (r == 0) {
+        if (r == lead) {
             dion__p2p_signal_after_data(word, value, (uint32_t)op & 1u, scope);
             dion__put_signal_done(c, peer, sig, op, value, bytes, counter, t0, DION_SUCCESS);
         }
@@ -893,8 +896,8 @@ DION_HD void dion_put_signal_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_
                            DION__NO_COUNTER);
 }
 
-/** dion_put_signal by a whole block (same arguments in every thread); thread 0 signals after the block's
- * copy. \copydetails dion_put_signal */
+/** dion_put_signal by a whole block (same arguments in every thread); one thread signals after the block's
+ * copy and barrier. \copydetails dion_put_signal */
 DION_HD void dion_put_signal_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                                    size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
                                    uint64_t value)
