@@ -55,7 +55,7 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
     return dion__p2p_scope_at(c, peer, w, 0);
 }
 
-/* A block put on the fast path (DION__BLOCK_FAST=1, include/dion/dion_device.cuh): peer, this rank and both
+/* A block put on the fast path (DION__BLOCK_FAST, include/dion/dion_device.cuh): peer, this rank and both
  * windows have inline entries. Every warp of the block runs what comes before its copy and its barrier on the
  * same 4 schedulers, so this is kept to what a hand-written copy runs: both bases from the parameter bank
  * (no load, so a caller's loop computes them once), one alignment test on the addresses, and threads without
@@ -86,7 +86,7 @@ DION_HD void dion__p2p_put_at(const dion_dev_t *d, dion_dwin_t dst, int peer, si
      * threads get a 16-byte element (the leader also copies the head and the tail). In a block the others
      * would otherwise spend 32 warps' issue slots on work nobody uses. */
 #if DION__GPU && !DION__TMA
-    if (kind == DION__BLOCK && mode == DION__LK_INLINE) { /* only with DION__BLOCK_FAST */
+    if (kind == DION__BLOCK && mode == DION__LK_INLINE) { /* DION__BLOCK_FAST */
         dion__p2p_put_block_inl(d, dst, peer, dst_off, src, src_off, bytes, r, g);
         return;
     }
@@ -177,13 +177,14 @@ DION_HD uint64_t dion__p2p_compare_swap(const dion_dev_t *d, dion_dwin_t w, int 
     return dion__atom_cas((uint64_t *)(dion__win_base(d, w, peer) + off), expected, desired, scope);
 }
 
-/* Candidates for the fences of quiet and put_signal (perf/CMakeLists.txt, p2p_bench_qsc / _pssc): NVSHMEM
+/* Variants of the fences of quiet and put_signal (perf/CMakeLists.txt, p2p_bench_qsc / _pssc): NVSHMEM
  * completes p2p puts with fence.sc.sys (__threadfence_system: MEMBAR.SC.SYS) where DION's fence.acq_rel.sys
  * and st.release.sys give MEMBAR.ALL.SYS, and NVSHMEM's block put + quiet over NVLink was ahead of DION's
  * (2026-11-30 23:21). fence.sc is stronger than fence.acq_rel, and a fence followed by a strong store or
- * add is a release pattern in the PTX memory model, so neither changes what DION promises.
- *  DION__QUIET_SC=1: quiet (and fence) with fence.sc at the handle's scope.
- *  DION__PS_SC=1: put_signal's signal as fence.sc then a relaxed store or add, instead of a release one. */
+ * add is a release pattern in the PTX memory model, so neither changes what DION promises. Off: no gain on
+ * one H200 (2026-12-01, docs/results/perf10-notes.md); the NVLink rows, where the question is, were not
+ * measured. DION__QUIET_SC=1: quiet (and fence) with fence.sc at the handle's scope. DION__PS_SC=1:
+ * put_signal's signal as fence.sc then a relaxed store or add, instead of a release one. */
 #ifndef DION__QUIET_SC
 #define DION__QUIET_SC 0
 #endif

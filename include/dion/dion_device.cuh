@@ -624,19 +624,22 @@ DION_HD int dion__fast_rma(const dion_ctx_t *c, int peer, dion_dwin_t a, dion_dw
            dion__win_in_slot(&c->dev, a) && dion__win_in_slot(&c->dev, b);
 }
 
-/* The lookups of an RMA call's general copy. Block calls have no fast path: on the H200 (2026-11-30 22:28,
- * docs/results/2026-11-30-s4-h200) it made put + quiet by a block slower (1 GPU 64 KiB 3.45 us against 2.37)
- * and left put_signal by a block where it was, so a block keeps the previous selection (inline entries with
- * table fallbacks, and the table in warps 4 and up: DION__BLOCK_BASES). */
+/* The lookups of an RMA call's general copy. A block's general copy keeps the selection it had before block
+ * calls had a fast path (inline entries with table fallbacks, and the table in warps 4 and up:
+ * DION__BLOCK_BASES), as the block variants without DION__BLOCK_FAST do. */
 #define DION__LK_GENERAL(g) ((g) == DION__BLOCK ? DION__LK_ANY : DION__LK_SLOW)
 
-/* Candidate (perf/CMakeLists.txt, p2p_bench_bfast): with DION__BLOCK_FAST=1 block puts and put_signals take
- * the fast path too, with a copy of their own (device/p2p.cuh, dion__p2p_put_block_inl): bases from the
- * parameter bank in every warp, alignment tested on the addresses, threads without a 16-byte element gone
- * before the copy, no table load; what a block of 32 warps runs before its barrier is then about what a
- * hand-written LSA copy runs (docs/results/perf10-notes.md, "Fourth pass"). Same results as the default. */
+/* Block puts and put_signals take the fast path too, with a copy of their own (device/p2p.cuh,
+ * dion__p2p_put_block_inl): bases from the parameter bank in every warp, alignment tested on the addresses,
+ * threads without a 16-byte element gone before the copy, no table load, and the put_signal's signal word
+ * found before the barrier; a block of 32 warps then runs before its barrier about what a hand-written LSA
+ * copy runs. 1 by measurement (H200, 2 ranks under MPS, 2026-12-01, p2p_bench_bfast against the previous
+ * default): put_signal by a block 8 B / 1 KiB / 64 KiB 1.614 / 1.642 / 2.732 -> 1.395 / 1.367 / 2.612 us,
+ * put + quiet by a block 8 B / 64 KiB 1.163 / 2.303 -> 1.014 / 2.176 (docs/results/perf10-notes.md, fourth
+ * pass). A build may set 0 to compare (perf/CMakeLists.txt, p2p_bench_bslow). An earlier block fast path
+ * (bf94ceb), which kept the window table loads in warps 4 and up, made put + quiet by a block slower. */
 #ifndef DION__BLOCK_FAST
-#define DION__BLOCK_FAST 0
+#define DION__BLOCK_FAST 1
 #endif
 /* Whether a call by group g may take the fast path (a constant but for dion__fast_rma's test). */
 #define DION__FAST_GROUP(g) (DION__BLOCK_FAST || (g) != DION__BLOCK)
