@@ -245,7 +245,7 @@ static void test_block_put_inl(void)
     enum { SLOTS = DION_DEV_WIN_SLOTS, RANKS = DION_DEV_INLINE_PEERS, PART = 1 << 13 };
     const size_t total = (size_t)SLOTS * RANKS * PART;
     char *arena = aligned_alloc(16, total), *want = malloc(total);
-    static char tag[SLOTS]; /* distinct window handles; never dereferenced here */
+    static uint64_t tag[SLOTS]; /* distinct window handles; never dereferenced here */
     static dion_dev_t d;
     memset(&d, 0, sizeof d);
     for (int w = 0; w < SLOTS; w++) {
