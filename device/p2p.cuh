@@ -55,6 +55,26 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
     return dion__p2p_scope_at(c, peer, w, 0);
 }
 
+/* A block put on the fast path (DION__BLOCK_FAST, include/dion/dion_device.cuh): peer, this rank and both
+ * windows have inline entries. Every warp of the block runs what comes before its copy and its barrier on the
+ * same 4 schedulers, so this is kept to what a hand-written copy runs: both bases from the parameter bank
+ * (no load, so a caller's loop computes them once), one alignment test on the addresses, and threads without
+ * a 16-byte element leave before any of the copy's set-up. */
+DION_HD void dion__p2p_put_block_inl(const dion_dev_t *d, dion_dwin_t dst, int peer, size_t dst_off,
+                                     dion_dwin_t src, size_t src_off, size_t bytes, uint32_t r, uint32_t g)
+{
+    char *to = dion__win_base_inl(d, dst, peer) + dst_off;
+    const char *from = dion__win_base_inl(d, src, d->rank) + src_off;
+    if ((((uintptr_t)to | (uintptr_t)from | (uintptr_t)bytes) & 15) == 0) {
+        if ((size_t)r < (bytes >> 4))
+            dion__copy_body_16((dion__v16_t *)to, (const dion__v16_t *)from, bytes >> 4, r, g);
+        return;
+    }
+    if (r != 0 && (size_t)r >= bytes)
+        return; /* no element at any width (the leader copies heads and tails) */
+    dion__copy(to, from, bytes, r, g);
+}
+
 /* mode: where the lookups read (DION__LK_*, a constant at every call; DION__LK_INLINE only when the caller
  * made sure that peer, this rank and both windows have inline entries). */
 DION_HD void dion__p2p_put_at(const dion_dev_t *d, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
@@ -65,6 +85,12 @@ DION_HD void dion__p2p_put_at(const dion_dev_t *d, dion_dwin_t dst, int peer, si
      * congruent offsets into windows whose bases are all 16-byte aligned, only the first ceil(bytes/16)
      * threads get a 16-byte element (the leader also copies the head and the tail). In a block the others
      * would otherwise spend 32 warps' issue slots on work nobody uses. */
+#if DION__GPU && !DION__TMA
+    if (kind == DION__BLOCK && mode == DION__LK_INLINE) { /* DION__BLOCK_FAST */
+        dion__p2p_put_block_inl(d, dst, peer, dst_off, src, src_off, bytes, r, g);
+        return;
+    }
+#endif
 #if DION__GPU /* CPU mode splits copies into contiguous slices instead */
 #if DION__TMA
     /* every thread of the block meets in the bulk-copy path's barriers: nobody may leave early there */
@@ -151,11 +177,66 @@ DION_HD uint64_t dion__p2p_compare_swap(const dion_dev_t *d, dion_dwin_t w, int 
     return dion__atom_cas((uint64_t *)(dion__win_base(d, w, peer) + off), expected, desired, scope);
 }
 
+/* Variants of the fences of quiet and put_signal (perf/CMakeLists.txt, p2p_bench_qsc / _pssc): NVSHMEM
+ * completes p2p puts with fence.sc.sys (__threadfence_system: MEMBAR.SC.SYS) where DION's fence.acq_rel.sys
+ * and st.release.sys give MEMBAR.ALL.SYS, and NVSHMEM's block put + quiet over NVLink was ahead of DION's
+ * (2026-11-30 23:21). fence.sc is stronger than fence.acq_rel, and a fence followed by a strong store or
+ * add is a release pattern in the PTX memory model, so neither changes what DION promises. Off: no gain on
+ * one H200 (2026-12-01, docs/results/perf10-notes.md); the NVLink rows, where the question is, were not
+ * measured. DION__QUIET_SC=1: quiet (and fence) with fence.sc at the handle's scope. DION__PS_SC=1:
+ * put_signal's signal as fence.sc then a relaxed store or add, instead of a release one. */
+#ifndef DION__QUIET_SC
+#define DION__QUIET_SC 0
+#endif
+#ifndef DION__PS_SC
+#define DION__PS_SC 0
+#endif
+
+DION_HD void dion__p2p_fence_sc(uint32_t scope)
+{
+#if DION__GPU
+    if (scope == DION_SCOPE_GPU)
+        asm volatile("fence.sc.gpu;" ::: "memory");
+    else
+        asm volatile("fence.sc.sys;" ::: "memory");
+#else
+    (void)scope;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+/* The signal of a put_signal, once the group's copy and sync are done: never seen before the data. */
+DION_HD void dion__p2p_signal_after_data(uint64_t *word, uint64_t value, uint32_t add, uint32_t scope)
+{
+#if DION__PS_SC
+    dion__p2p_fence_sc(scope);
+    if (!add) dion__st_relaxed(word, value, scope);
+#if DION__GPU
+    else if (scope == DION_SCOPE_GPU)
+        asm volatile("red.relaxed.gpu.add.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+    else
+        asm volatile("red.relaxed.sys.add.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+#else
+    else
+        __atomic_fetch_add(word, value, __ATOMIC_RELAXED);
+#endif
+#else
+    if (add)
+        dion__red_add_release(word, value, scope);
+    else
+        dion__st_release(word, value, scope);
+#endif
+}
+
 /* Stores are performed in order for every observer within scope once the fence completes: this is both
  * fence and quiet on p2p. */
 DION_HD void dion__p2p_quiet(const dion_ctx_t *c)
 {
+#if DION__QUIET_SC
+    dion__p2p_fence_sc(dion__dev_scope(&c->dev));
+#else
     dion__fence(dion__dev_scope(&c->dev));
+#endif
 }
 
 #endif /* DION_DEVICE_P2P_CUH */

@@ -662,11 +662,25 @@ DION_HD int dion__fast_rma(const dion_ctx_t *c, int peer, dion_dwin_t a, dion_dw
            dion__win_in_slot(&c->dev, a) && dion__win_in_slot(&c->dev, b);
 }
 
-/* The lookups of an RMA call's general copy. Block calls have no fast path: on the H200 (2026-11-30 22:28,
- * docs/results/2026-11-30-s4-h200) it made put + quiet by a block slower (1 GPU 64 KiB 3.45 us against 2.37)
- * and left put_signal by a block where it was, so a block keeps the previous selection (inline entries with
- * table fallbacks, and the table in warps 4 and up: DION__BLOCK_BASES). */
+/* The lookups of an RMA call's general copy. A block's general copy keeps the selection it had before block
+ * calls had a fast path (inline entries with table fallbacks, and the table in warps 4 and up:
+ * DION__BLOCK_BASES), as the block variants without DION__BLOCK_FAST do. */
 #define DION__LK_GENERAL(g) ((g) == DION__BLOCK ? DION__LK_ANY : DION__LK_SLOW)
+
+/* Block puts and put_signals take the fast path too, with a copy of their own (device/p2p.cuh,
+ * dion__p2p_put_block_inl): bases from the parameter bank in every warp, alignment tested on the addresses,
+ * threads without a 16-byte element gone before the copy, no table load, and the put_signal's signal word
+ * found before the barrier; a block of 32 warps then runs before its barrier about what a hand-written LSA
+ * copy runs. 1 by measurement (H200, 2 ranks under MPS, 2026-12-01, p2p_bench_bfast against the previous
+ * default): put_signal by a block 8 B / 1 KiB / 64 KiB 1.614 / 1.642 / 2.732 -> 1.395 / 1.367 / 2.612 us,
+ * put + quiet by a block 8 B / 64 KiB 1.163 / 2.303 -> 1.014 / 2.176 (docs/results/perf10-notes.md, fourth
+ * pass). A build may set 0 to compare (perf/CMakeLists.txt, p2p_bench_bslow). An earlier block fast path
+ * (bf94ceb), which kept the window table loads in warps 4 and up, made put + quiet by a block slower. */
+#ifndef DION__BLOCK_FAST
+#define DION__BLOCK_FAST 1
+#endif
+/* Whether a call by group g may take the fast path (a constant but for dion__fast_rma's test). */
+#define DION__FAST_GROUP(g) (DION__BLOCK_FAST || (g) != DION__BLOCK)
 
 /* ---- put ---- */
 
@@ -709,7 +723,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
 {
     uint32_t r = dion__group_rank(g);
     uint64_t t0 = dion__trace_start(&c);
-    if (g != DION__BLOCK && dion__fast_rma(&c, peer, dst, src)) {
+    if (DION__FAST_GROUP(g) && dion__fast_rma(&c, peer, dst, src)) {
         dion__put_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, counter, t0, DION__LK_INLINE);
         return;
     }
@@ -818,6 +832,30 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
     if (counter != DION__NO_COUNTER) counter %= DION_NUM_COUNTERS;
+#if DION__GPU
+    if (g == DION__BLOCK && mode == DION__LK_INLINE) { /* DION__BLOCK_FAST */
+        /* The block's last thread signals: below 16 bytes per thread it has no part of the copy, so it works
+         * out the signal word and scope while the copying threads are still on their way to the barrier, and
+         * after the barrier only the fence and the store are left between the data and the peer's flag. Any
+         * thread may: the barrier orders every thread's stores before its release. */
+        const uint32_t lead = n - 1;
+        uint64_t *word = NULL;
+        uint32_t scope = 0;
+        if (r == lead) {
+            word = dion__peer_signals_at(&c->dev, peer, mode) + sig;
+            scope = dion__p2p_scope_at(c, peer, dst, mode);
+            /* opaque to the compiler, which would otherwise recompute both after the barrier */
+            asm volatile("" : "+l"(word), "+r"(scope));
+        }
+        dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
+        dion__group_sync(g);
+        if (r == lead) {
+            dion__p2p_signal_after_data(word, value, (uint32_t)op & 1u, scope);
+            dion__put_signal_done(c, peer, sig, op, value, bytes, counter, t0, DION_SUCCESS);
+        }
+        return;
+    }
+#endif
     dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
     /* The leader's release store is cumulative: it orders the stores the whole group made before the sync. */
     dion__group_sync(g);
@@ -845,11 +883,7 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
          * works out where to signal: in a block every instruction that all threads run costs 32 warps' issue.
          */
         uint64_t *word = dion__peer_signals_at(&c->dev, peer, mode) + sig;
-        uint32_t scope = dion__p2p_scope_at(c, peer, dst, mode);
-        if ((uint32_t)op & 1u)
-            dion__red_add_release(word, value, scope);
-        else
-            dion__st_release(word, value, scope);
+        dion__p2p_signal_after_data(word, value, (uint32_t)op & 1u, dion__p2p_scope_at(c, peer, dst, mode));
         dion__put_signal_done(c, peer, sig, op, value, bytes, counter, t0, DION_SUCCESS);
     }
     (void)t0;
@@ -862,7 +896,7 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
 {
     uint32_t r = dion__group_rank(g);
     uint64_t t0 = dion__trace_start(&c);
-    if (g != DION__BLOCK && dion__fast_rma(&c, peer, dst, src)) {
+    if (DION__FAST_GROUP(g) && dion__fast_rma(&c, peer, dst, src)) {
         dion__put_signal_p2p(&c, g, dst, peer, dst_off, src, src_off, bytes, sig, op, value, counter, t0,
                              DION__LK_INLINE);
         return;
@@ -916,8 +950,8 @@ DION_HD void dion_put_signal_warp(dion_ctx_t c, dion_dwin_t dst, int peer, size_
                            DION__NO_COUNTER);
 }
 
-/** dion_put_signal by a whole block (same arguments in every thread); thread 0 signals after the block's
- * copy. \copydetails dion_put_signal */
+/** dion_put_signal by a whole block (same arguments in every thread); one thread signals after the block's
+ * copy and barrier. \copydetails dion_put_signal */
 DION_HD void dion_put_signal_block(dion_ctx_t c, dion_dwin_t dst, int peer, size_t dst_off, dion_dwin_t src,
                                    size_t src_off, size_t bytes, uint32_t sig, dion_sig_op_t op,
                                    uint64_t value)

@@ -10,6 +10,7 @@
 #include "bootstrap/bootstrap.h"
 #include "dion/device/common.cuh"
 #include "dion/device/packet.cuh"
+#include "dion/device/p2p.cuh"
 #include "src/internal.h"
 
 static int failures;
@@ -234,6 +235,53 @@ static void test_copy_vec(void)
     free(src), free(dst), free(want);
 }
 
+/* The block put's fast-path copy (device/p2p.cuh, dion__p2p_put_block_inl: what a block's threads run on the
+ * GPU when peer, rank and windows have inline entries), every thread of a group run in turn: the destination
+ * base is the peer's in the destination window's slot and the source base this rank's in the source window's,
+ * all bytes arrive and nothing else in any window moves; 16-byte ends and sizes (the body alone, threads past
+ * the last element leaving) and any others (through the general copy). */
+static void test_block_put_inl(void)
+{
+    enum { SLOTS = DION_DEV_WIN_SLOTS, RANKS = DION_DEV_INLINE_PEERS, PART = 1 << 13 };
+    const size_t total = (size_t)SLOTS * RANKS * PART;
+    char *arena = aligned_alloc(16, total), *want = malloc(total);
+    static uint64_t tag[SLOTS]; /* distinct window handles; never dereferenced here */
+    static dion_dev_t d;
+    memset(&d, 0, sizeof d);
+    for (int w = 0; w < SLOTS; w++) {
+        d.win_slot[w].win = (dion_dwin_t)(void *)&tag[w];
+        for (int k = 0; k < RANKS; k++)
+            d.win_slot[w].base[k] = arena + ((size_t)w * RANKS + (size_t)k) * PART;
+    }
+    static const uint32_t groups[] = {1, 32, 33, 256, 1024};
+    int cases = 0;
+    for (int iter = 0; iter < 1500; iter++) {
+        int aligned = iter % 2 == 0, ds = (int)(rnd() % SLOTS), ss = (int)(rnd() % SLOTS);
+        d.rank = (int32_t)(rnd() % RANKS);
+        int peer = (int)(rnd() % RANKS);
+        if (ds == ss && peer == d.rank) peer = (peer + 1) % RANKS; /* ranges may not overlap */
+        size_t n = iter < 200 ? (size_t)iter * (aligned ? 16 : 1) : (size_t)(rnd() % (PART / 2));
+        size_t dof = rnd() % (PART / 2), sof = rnd() % (PART / 2);
+        if (aligned) n &= ~(size_t)15, dof &= ~(size_t)15, sof &= ~(size_t)15;
+        uint32_t g = groups[rnd() % 5];
+        for (size_t i = 0; i < total; i++) arena[i] = (char)rnd();
+        memcpy(want, arena, total);
+        memcpy(want + (d.win_slot[ds].base[peer] - arena) + dof, d.win_slot[ss].base[d.rank] + sof, n);
+        for (uint32_t r = 0; r < g; r++)
+            dion__p2p_put_block_inl(&d, d.win_slot[ds].win, peer, dof, d.win_slot[ss].win, sof, n, r, g);
+        if (memcmp(arena, want, total) != 0) {
+            size_t k = 0;
+            while (arena[k] == want[k]) k++;
+            CHECK(0, "block put n=%zu dst slot %d rank %d +%zu src slot %d rank %d +%zu g=%u: byte %zu", n,
+                  ds, peer, dof, ss, (int)d.rank, sof, g, k);
+            break;
+        }
+        cases++;
+    }
+    CHECK(cases == 1500, "only %d block put cases ran", cases);
+    free(arena), free(want);
+}
+
 /* Packet units (device/packet.cuh) with every thread of a group run in turn: each 8-byte word of the message
  * carries the sequence in its high half and 4 payload bytes (zero past the payload) in its low half, nothing
  * past the message is written, and the poll copies exactly the payload out; sizes across the one-unit, the
@@ -317,6 +365,7 @@ int main(void)
     test_uid_and_frames();
     test_cmp();
     test_copy_vec();
+    test_block_put_inl();
     test_packet_units();
     printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
