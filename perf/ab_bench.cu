@@ -4,14 +4,15 @@
  * - lsa: put_signal ping-pongs written the way NCCL LSA user code writes them (int4 copy by the group, a
  * group barrier, one release store of the flag), next to dion_put_signal_warp/_block in the same process, at
  * the sizes of the rows where DION is behind: the gap left is DION's own path, not the harness.
- * - bw, ce: issue 10 goal 4 (NVLink put bandwidth at the copy engine's figure), each configuration at 256 MiB
- *   and 1 GiB (--bw-bytes sets the larger; the smaller is a quarter): 16-byte ld/st copies (1-16 loads in
- *   flight per thread, 1-8 blocks per SM, 256/512/1024 threads, grid-stride, per-block chunks or per-warp
- * runs of whole 128-byte lines, cache hints), stores alone (the pattern computed in registers: the write path
- *   without loads), cp.async (LDGSTS) through shared memory, bulk copies (cp.async.bulk through shared
- *   memory), gets (the peer's memory read: the link's other direction), and the copy engine (the target;
- *   pushing, pulling, on two streams at once, and next to an SM copy). A summary after the sweep gives the
- *   best of each family at each size, the goal, and push against pull and the copy engine.
+ * - bw, ce: issue 10 goal 4 (NVLink put bandwidth at the copy engine's figure), each configuration at
+ *   256 MiB and 1 GiB (--bw-bytes sets the larger; the smaller is a quarter): 16-byte ld/st copies (1-16
+ *   loads in flight per thread, 1-8 blocks per SM, 256/512/1024 threads, grid-stride, per-block chunks or
+ *   per-warp runs of whole 128-byte lines, cache hints), stores alone (the pattern computed in registers:
+ *   the write path without loads), writes of 32/64/128 bytes per line and store instruction (what a write
+ *   costs beyond its data), cp.async (LDGSTS) through shared memory, bulk copies (cp.async.bulk through
+ *   shared memory), gets (the peer's memory read: the link's other direction), and the copy engine (the
+ *   target; pushing, pulling, on two streams at once, and next to an SM copy). A summary after the sweep
+ *   gives the best of each family at each size, the goal, and push against pull and the copy engine.
  * Every row is verified before its time is printed: the ping-pong receiver checks the bytes that landed, and
  * each bandwidth run writes a pattern of its own (the source is refilled with a new seed) that the receiving
  * rank checks at 65 sampled pages. CSV rows impl,label,test,group,bytes,metric,value as bench_common.h writes
@@ -261,6 +262,33 @@ __global__ void bw_gen(ulonglong2 *dst, size_t n16, int pat)
     }
 }
 
+/* Write size per request: each store instruction of a warp writes S bytes of each of 512 / S lines (S = 32:
+ * one 32-byte sector of 16 lines; 64: half of 8 lines; 128: 4 whole lines), so that 128 / S instructions
+ * fill a tile of whole lines; the loads of a tile come first. Unless something between the SM and the link
+ * merges them, the link carries S-byte writes: GB/s against S tells what each write costs beyond its data. */
+template <int S> __global__ void bw_gran(const ulonglong2 *src, ulonglong2 *dst, size_t n16)
+{
+    constexpr int Q = 128 / S, per_line = S / 16; /* instructions per tile, lanes per line and instruction */
+    const size_t tile = (size_t)Q * 32, lane = threadIdx.x & 31,
+                 warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    for (size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; (w + 1) * tile <= n16; w += warps) {
+        ulonglong2 t[Q];
+        size_t e[Q];
+#pragma unroll
+        for (int q = 0; q < Q;
+             q++) { /* line lane / per_line, piece q of it, this lane's 16 bytes of the piece */
+            e[q] = w * tile + (lane / per_line) * 8 + (size_t)q * per_line + lane % per_line;
+            t[q] = ld16<F_PLAIN>(src + e[q]);
+        }
+#pragma unroll
+        for (int q = 0; q < Q; q++) st16<F_PLAIN>(dst + e[q], t[q]);
+    }
+    /* the elements after the last whole tile, by the first warp */
+    if (blockIdx.x == 0 && threadIdx.x < 32)
+        for (size_t i = n16 / tile * tile + lane; i < n16; i += 32)
+            st16<F_PLAIN>(dst + i, ld16<F_PLAIN>(src + i));
+}
+
 /* LDGSTS: each thread's elements (grid-stride) in batches of U, copied global -> shared by cp.async (no
  * registers held while the loads fly), two batches in flight, each stored from shared memory to the peer
  * with 16-byte stores. Shared memory: 2 * U * 16 bytes per thread. */
@@ -419,6 +447,10 @@ static void bw_summary(const std::vector<bw_res_t> &res, const std::vector<size_
            big >> 20, std::max(std::max(val("put ldst stride"), val("put ldst chunk")), val("put ldst warp")),
            val("put stores only"), val("put tma"), val("get ldst"), get ? get->gbps : 0.0, val("ce push"),
            val("ce pull"), val("ce push, 2 streams"), val("ce + SMs push"));
+    printf("# write size per request at %zu MiB:", big >> 20);
+    for (const bw_res_t &r : res)
+        if (r.bytes == big && r.family == "put write size") printf(" %s %.1f", r.name.c_str(), r.gbps);
+    printf(" GB/s\n");
 }
 
 static char *peer_base_of(dion_dwin_t dwin, int nranks, int peer)
@@ -544,7 +576,19 @@ int main(int argc, char **argv)
      * total / 4 and total (256 MiB and 1 GiB by default); a push writes the peer's memory, a get (pull)
      * reads it. ---- */
     if (want_bw) {
-        enum { K_LDST, K_TMA, K_CE, K_GET_LDST, K_GET_TMA, K_CE_GET, K_CE2, K_CE_LDST, K_GEN, K_LDGSTS };
+        enum {
+            K_LDST,
+            K_TMA,
+            K_CE,
+            K_GET_LDST,
+            K_GET_TMA,
+            K_CE_GET,
+            K_CE2,
+            K_CE_LDST,
+            K_GEN,
+            K_LDGSTS,
+            K_GRAN
+        };
         struct cfg_t {
             std::string name, family;
             int kind, unroll, layout, blocks, threads;
@@ -606,6 +650,10 @@ int main(int argc, char **argv)
             /* stores only: the SMs' write path without the loads */
             for (int m : {1, 2, 4}) other(K_GEN, "bw_stores_only", "put stores only", 0, m * sms, 512);
             other(K_GEN, "bw_stores_only", "put stores only", 0, sms, 1024);
+            /* write size per request: 32, 64 and 128 bytes of a line per store instruction */
+            for (int g : {32, 64, 128})
+                cfgs.push_back({"bw_gran" + std::to_string(g) + "_b" + std::to_string(2 * sms),
+                                "put write size", K_GRAN, g, L_STRIDE, 2 * sms, 512, 0, 0, F_PLAIN});
             /* cp.async (LDGSTS) global -> shared, stores from shared memory */
             other(K_LDGSTS, "bw_ldgsts", "put ldgsts", 4, 2 * sms, 512);
             other(K_LDGSTS, "bw_ldgsts", "put ldgsts", 8, sms, 512);
@@ -705,6 +753,17 @@ int main(int argc, char **argv)
                             break;
                         case K_GEN:
                             bw_gen<<<cf.blocks, cf.threads>>>((ulonglong2 *)d, size / 16, pat);
+                            break;
+                        case K_GRAN:
+                            if (cf.unroll == 32)
+                                bw_gran<32><<<cf.blocks, cf.threads>>>((const ulonglong2 *)s, (ulonglong2 *)d,
+                                                                       size / 16);
+                            else if (cf.unroll == 64)
+                                bw_gran<64><<<cf.blocks, cf.threads>>>((const ulonglong2 *)s, (ulonglong2 *)d,
+                                                                       size / 16);
+                            else
+                                bw_gran<128><<<cf.blocks, cf.threads>>>((const ulonglong2 *)s,
+                                                                        (ulonglong2 *)d, size / 16);
                             break;
                         case K_LDGSTS: {
                             size_t smem = 2 * (size_t)cf.unroll * 16 * cf.threads;
