@@ -550,16 +550,17 @@ DION__COPY_BODY(uint8_t, 1)
 
 /* Where the 16-byte body's elements go (a build may override it, perf/CMakeLists.txt p2p_bench_cwarp*, to
  * compare with perf/ab_bench's bandwidth sweep, family "put ldst warp"): 0 element i to thread i mod g, so
- * that the group's warps store neighbouring 512-byte pieces; 1 for groups of whole warps, each warp copies
- * runs of DION__COPY_UNROLL * 512 contiguous bytes (whole 128-byte lines, a run per step), the runs handed
- * out to the warps in turn. */
+ * that the group's warps store neighbouring 512-byte pieces; 1 for groups of whole warps and copies of at
+ * least a run per warp, each warp copies runs of DION__COPY_UNROLL * 512 contiguous bytes (whole 128-byte
+ * lines, a run per step), the runs handed out to the warps in turn (smaller copies keep layout 0, so that
+ * every warp still takes part). */
 #ifndef DION__COPY_LAYOUT
 #define DION__COPY_LAYOUT 0
 #endif
 #if DION__COPY_LAYOUT == 1
 DION_HD void dion__copy_body_16w(dion__v16_t *dst, const dion__v16_t *src, size_t n, uint32_t r, uint32_t g)
 {
-    if (g & 31) {
+    if ((g & 31) || n < (size_t)g * DION__COPY_UNROLL) { /* not whole warps, or less than a run per warp */
         dion__copy_body_16(dst, src, n, r, g);
         return;
     }
