@@ -402,10 +402,13 @@ static void bw_summary(const std::vector<bw_res_t> &res, const std::vector<size_
     std::vector<std::string> fams;
     for (const bw_res_t &r : res)
         if (std::find(fams.begin(), fams.end(), r.family) == fams.end()) fams.push_back(r.family);
+    /* by prefix, copies only: stores alone read nothing (on one GPU they move half a copy's memory traffic)
+     */
     auto best = [&](size_t bytes, const char *prefix, const std::string *fam) -> const bw_res_t * {
         const bw_res_t *b = NULL;
         for (const bw_res_t &r : res)
-            if (r.bytes == bytes && (fam ? r.family == *fam : r.family.rfind(prefix, 0) == 0) &&
+            if (r.bytes == bytes &&
+                (fam ? r.family == *fam : r.family.rfind(prefix, 0) == 0 && r.family != "put stores only") &&
                 (!b || r.gbps > b->gbps))
                 b = &r;
         return b;
@@ -448,9 +451,23 @@ static void bw_summary(const std::vector<bw_res_t> &res, const std::vector<size_
            val("put stores only"), val("put tma"), val("get ldst"), get ? get->gbps : 0.0, val("ce push"),
            val("ce pull"), val("ce push, 2 streams"), val("ce + SMs push"));
     printf("# write size per request at %zu MiB:", big >> 20);
+    double r64 = 0, r128 = 0;
     for (const bw_res_t &r : res)
-        if (r.bytes == big && r.family == "put write size") printf(" %s %.1f", r.name.c_str(), r.gbps);
+        if (r.bytes == big && r.family == "put write size") {
+            printf(" %s %.1f", r.name.c_str(), r.gbps);
+            if (r.name.rfind("bw_gran64_", 0) == 0) r64 = r.gbps;
+            if (r.name.rfind("bw_gran128_", 0) == 0) r128 = r.gbps;
+        }
     printf(" GB/s\n");
+    /* GB/s = L x S / (S + h) for writes of S bytes with h bytes of overhead each, on a link of L: two sizes
+     * give both (meaningful where the link, not memory, is the limit: over NVLink) */
+    double q = r64 > 0 ? r128 / r64 : 0;
+    if (!same_gpu && q > 1.0 && q < 2.0) {
+        double h = 128 * (q - 1) / (2 - q), L = r128 * (128 + h) / 128;
+        printf("# from 64 and 128-byte writes: %.0f bytes of overhead per write, a ceiling of %.1f GB/s for "
+               "writes of any size; 256-byte writes would give %.1f\n",
+               h, L, L * 256 / (256 + h));
+    }
 }
 
 static char *peer_base_of(dion_dwin_t dwin, int nranks, int peer)

@@ -171,7 +171,9 @@ def main():
 
         def family(name):
             if name.startswith("bw_ce_"):
-                return "copy engine " + name[6:]
+                return {"get": "copy engine pull", "2streams": "copy engine, 2 streams"}.get(name[6:], "copy engine + SMs")
+            if name.startswith("bw_gran"):
+                return "put write size"
             if name.startswith("bw_stores_only"):
                 return "put stores only"
             if name.startswith("bw_ldgsts"):
@@ -204,7 +206,8 @@ def main():
         for w in wheres:
             ce = bw.get("bw_copy_engine", {}).get(w)
             top = max(((per[w], n) for n, per in bw.items()
-                       if n != "bw_copy_engine" and not n.startswith(("bw_get_", "bw_ce_")) and w in per),
+                       if n != "bw_copy_engine" and not n.startswith(("bw_get_", "bw_ce_", "bw_stores_only"))
+                       and w in per),
                       default=None)
             if top:
                 msg = f"{w}: best put kernel {top[1]} {top[0]:.1f} GB/s"
