@@ -548,6 +548,46 @@ DION__COPY_BODY(uint16_t, 2)
 DION__COPY_BODY(uint8_t, 1)
 #undef DION__COPY_BODY
 
+/* Where the 16-byte body's elements go (a build may override it, perf/CMakeLists.txt p2p_bench_cwarp*, to
+ * compare with perf/ab_bench's bandwidth sweep, family "put ldst warp"): 0 element i to thread i mod g, so
+ * that the group's warps store neighbouring 512-byte pieces; 1 for groups of whole warps and copies of at
+ * least a run per warp, each warp copies runs of DION__COPY_UNROLL * 512 contiguous bytes (whole 128-byte
+ * lines, a run per step), the runs handed out to the warps in turn (smaller copies keep layout 0, so that
+ * every warp still takes part). */
+#ifndef DION__COPY_LAYOUT
+#define DION__COPY_LAYOUT 0
+#endif
+#if DION__COPY_LAYOUT == 1
+DION_HD void dion__copy_body_16w(dion__v16_t *dst, const dion__v16_t *src, size_t n, uint32_t r, uint32_t g)
+{
+    if ((g & 31) || n < (size_t)g * DION__COPY_UNROLL) { /* not whole warps, or less than a run per warp */
+        dion__copy_body_16(dst, src, n, r, g);
+        return;
+    }
+    const size_t run = (size_t)DION__COPY_UNROLL * 32, warps = g >> 5;
+    size_t k = r >> 5;
+    const dion__v16_t *s = src + k * run + (r & 31);
+    dion__v16_t *d = dst + k * run + (r & 31);
+    for (; (k + 1) * run <= n; k += warps, s += warps * run, d += warps * run) {
+        dion__v16_t t[DION__COPY_UNROLL];
+        for (int u = 0; u < DION__COPY_UNROLL; u++) t[u] = s[u * 32];
+        for (int u = 0; u < DION__COPY_UNROLL; u++) DION__COPY_STORE_16(&d[u * 32], t[u]);
+    }
+    /* the last, partial run belongs to one warp: its loads before its stores too */
+    if (k * run < n) {
+        dion__v16_t t[DION__COPY_UNROLL];
+        size_t first = (size_t)(s - src), left = first < n ? n - first : 0; /* from this thread's first on */
+        for (int u = 0; u < DION__COPY_UNROLL; u++)
+            if ((size_t)u * 32 < left) t[u] = s[u * 32];
+        for (int u = 0; u < DION__COPY_UNROLL; u++)
+            if ((size_t)u * 32 < left) DION__COPY_STORE_16(&d[u * 32], t[u]);
+    }
+}
+#define DION__COPY_BODY_16 dion__copy_body_16w
+#else
+#define DION__COPY_BODY_16 dion__copy_body_16
+#endif
+
 /* The GPU's cooperative copy: thread r of a group of g copies its share of n bytes. Compiled for the CPU too,
  * so that unit tests check it on every size and alignment (tests/unit/test_core.c). */
 DION_HD void dion__copy_vec(char *dst, const char *src, size_t n, uint32_t r, uint32_t g)
@@ -557,7 +597,7 @@ DION_HD void dion__copy_vec(char *dst, const char *src, size_t n, uint32_t r, ui
      * head, tail or width selection. In a block every instruction before the first load is paid by all 32
      * warps on the same 4 schedulers, and a warp's copy waits for the whole prologue. */
     if ((all & 15) == 0) {
-        dion__copy_body_16((dion__v16_t *)dst, (const dion__v16_t *)src, n >> 4, r, g);
+        DION__COPY_BODY_16((dion__v16_t *)dst, (const dion__v16_t *)src, n >> 4, r, g);
         return;
     }
     if (n <= 16) { /* a few bytes: the leader alone, a store or two, no loop set-up or cross-warp hand-off */
@@ -591,7 +631,7 @@ DION_HD void dion__copy_vec(char *dst, const char *src, size_t n, uint32_t r, ui
     const char *s = src + head;
     switch (shift) {
     case 4:
-        dion__copy_body_16((dion__v16_t *)d, (const dion__v16_t *)s, body, r, g);
+        DION__COPY_BODY_16((dion__v16_t *)d, (const dion__v16_t *)s, body, r, g);
         break;
     case 3:
         dion__copy_body_8((uint64_t *)d, (const uint64_t *)s, body, r, g);

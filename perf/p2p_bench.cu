@@ -249,8 +249,11 @@ static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win
     BENCH_CHECK_LAUNCH("pingpong");
 }
 
-/* Put bandwidth: the blocks split total bytes into chunks, each a dion_put_block; then each block quiets. */
-__global__ void put_bw(dion_dev_t dev, dion_dwin_t win, size_t total, size_t chunk, size_t dst_base, int peer)
+/* Put bandwidth: the blocks split total bytes into chunks, each a dion_put_block; then each block quiets.
+ * Launched with 512 threads: the bound keeps it within 128 registers, which builds with deeper copies
+ * (DION__COPY_UNROLL 8 or 16: 160-240 unbounded) would exceed, and then fail to launch. */
+__global__ void __launch_bounds__(512)
+    put_bw(dion_dev_t dev, dion_dwin_t win, size_t total, size_t chunk, size_t dst_base, int peer)
 {
     dion_ctx_t c = dion_ctx(dev, 0);
     for (size_t off = (size_t)blockIdx.x * chunk; off < total; off += (size_t)gridDim.x * chunk) {
