@@ -837,8 +837,10 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
         /* The block's last thread signals: below 16 bytes per thread it has no part of the copy, so it works
          * out the signal word and scope while the copying threads are still on their way to the barrier, and
          * after the barrier only the fence and the store are left between the data and the peer's flag. Any
-         * thread may: the barrier orders every thread's stores before its release. */
-        const uint32_t lead = n - 1;
+         * thread may: the barrier orders every thread's stores before its release. A counted put_signal keeps
+         * the leader (thread 0) signalling and counting: on p2p the leader's count is done when the call
+         * returns (docs/semantics.md, local completion counters), and it may read the counter next. */
+        const uint32_t lead = counter == DION__NO_COUNTER ? n - 1 : 0;
         uint64_t *word = NULL;
         uint32_t scope = 0;
         if (r == lead) {
