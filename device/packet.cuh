@@ -59,13 +59,27 @@ DION_HD int dion__group_any(dion__group_t g, int v)
 
 /* ---- one unit: two 64-bit words, each written and read whole ---- */
 
+/* The state space of the units' accesses on the GPU (a build may set it to compare, perf/CMakeLists.txt
+ * p2p_bench_pkg): 0, generic addresses (LD/ST); 1, .global (LDG/STG, no generic-to-global resolution; every
+ * window is global memory: device memory, CUDA IPC and VMM mappings, mapped host memory). */
+#ifndef DION__PKT_GLOBAL
+#define DION__PKT_GLOBAL 0
+#endif
+#if DION__PKT_GLOBAL
+#define DION__PKT_SS ".global"
+#else
+#define DION__PKT_SS ""
+#endif
+
 DION_HD void dion__pkt_store(uint64_t *p, uint64_t w0, uint64_t w1, uint32_t scope)
 {
 #if DION__GPU
     if (scope == DION_SCOPE_GPU)
-        asm volatile("st.relaxed.gpu.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1) : "memory");
+        asm volatile("st.relaxed.gpu" DION__PKT_SS ".v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1)
+                     : "memory");
     else
-        asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1) : "memory");
+        asm volatile("st.relaxed.sys" DION__PKT_SS ".v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1)
+                     : "memory");
 #else
     (void)scope;
     __atomic_store_n(p, w0, __ATOMIC_RELAXED);
@@ -78,9 +92,15 @@ DION_HD void dion__pkt_load(const uint64_t *p, uint64_t *w0, uint64_t *w1, uint3
 #if DION__GPU
     uint64_t a, b;
     if (scope == DION_SCOPE_GPU)
-        asm volatile("ld.relaxed.gpu.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+        asm volatile("ld.relaxed.gpu" DION__PKT_SS ".v2.u64 {%0, %1}, [%2];"
+                     : "=l"(a), "=l"(b)
+                     : "l"(p)
+                     : "memory");
     else
-        asm volatile("ld.relaxed.sys.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+        asm volatile("ld.relaxed.sys" DION__PKT_SS ".v2.u64 {%0, %1}, [%2];"
+                     : "=l"(a), "=l"(b)
+                     : "l"(p)
+                     : "memory");
     *w0 = a, *w1 = b;
 #else
     (void)scope;
@@ -316,8 +336,8 @@ DION_HD void dion__pkt_put_units(uint64_t *to, const char *src, size_t bytes, ui
     size_t u = r;
     if (batch && ((uintptr_t)src & 7) == 0) {
         size_t whole = bytes / DION_PACKET_PAYLOAD;
-        while (u < whole) { /* u ends at this thread's first unit past the whole ones */
-            uint64_t v[DION__PKT_BATCH];
+        while (u < whole) {                    /* u ends at this thread's first unit past the whole ones */
+            uint64_t v[DION__PKT_BATCH] = {0}; /* all set before use; gcc cannot tell */
             uint32_t cnt = 0;
             DION__PKT_UNROLL
             for (int k = 0; k < DION__PKT_BATCH; k++)
