@@ -561,6 +561,13 @@ DION_HD dion_status_t dion__pkt_poll_unit(const dion_dev_t *d, const uint64_t *p
     return DION_SUCCESS;
 }
 
+/* Whether a batched poll first waits on the batch's last unit alone (one load in flight instead of up to
+ * DION__PKT_BATCH on the lines the sender is writing), then checks the batch (a build may set it to compare,
+ * perf/CMakeLists.txt p2p_bench_pkl; the thread 64 B to 4 KiB rows). */
+#ifndef DION__PKT_POLL_LAST
+#define DION__PKT_POLL_LAST 0
+#endif
+
 /* Polls this thread's units (r, r+n, ...) of the message at p until each carries seq in both words, copying
  * their payload to dst; stops on abort or timeout. With batch and an 8-byte aligned dst the whole units are
  * polled DION__PKT_BATCH at a time (all loads, then the checks); a partial last unit, unaligned destinations
@@ -584,6 +591,19 @@ DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, cha
             DION__PKT_UNROLL
             for (int k = 0; k < DION__PKT_BATCH; k++)
                 if (u + (size_t)k * n < whole) need |= 1u << k, cnt++;
+#if DION__PKT_POLL_LAST
+            for (const uint64_t *q = p + 2 * (u + (size_t)(cnt - 1) * n);
+                 ;) { /* the batch's last unit alone */
+                uint64_t w0, w1;
+                dion__pkt_load(q, &w0, &w1, scope);
+                if (dion__pkt_whole(w0, w1, seq)) break;
+                dion_status_t st = dion__pkt_rare(d, scope, ++polls, &start);
+                if (st != DION_SUCCESS) {
+                    *seen = (uint32_t)(w0 >> 32) != seq ? (uint32_t)(w0 >> 32) : (uint32_t)(w1 >> 32);
+                    return st;
+                }
+            }
+#endif
             for (;;) {
                 uint32_t unseen = need & ~done, flag = 0;
                 uint64_t a[DION__PKT_BATCH], b[DION__PKT_BATCH];
