@@ -182,9 +182,25 @@ DION_HD int dion__pkt_check_seq(const dion_ctx_t *c, uint32_t seq, dion_op_t op,
 #if DION__PKT_BATCH < 1 || DION__PKT_BATCH > 32
 #error "DION__PKT_BATCH must be 1..32"
 #endif
+/* Which batched polls first wait on the batch's last unit alone (one load in flight instead of up to
+ * DION__PKT_BATCH on the lines the sender is writing), then check the batch: 0 none; 1 (default) a thread's;
+ * 2 a thread's and a warp's (perf/CMakeLists.txt p2p_bench_pkl, pkl0). On the H200 (2026-12-01 01:58, one
+ * GPU) it took a thread's 64 B from 2.19 to 1.51 us and 4 KiB from 106 to 58, and made a warp's 512 B to 4
+ * KiB slower (512 B 0.96 -> 1.31 us). */
+#ifndef DION__PKT_POLL_LAST
+#define DION__PKT_POLL_LAST 1
+#endif
+#if DION__PKT_POLL_LAST < 0 || DION__PKT_POLL_LAST > 2
+#error "DION__PKT_POLL_LAST must be 0, 1 or 2"
+#endif
 /* Blocks take one unit per thread at a time: their messages rarely exceed one unit per thread (8 bytes x
- * threads), and the batch's registers would make the 1024-thread kernels spill. */
-#define DION__PKT_BATCHES(g) ((g) != DION__BLOCK)
+ * threads), and the batch's registers would make the 1024-thread kernels spill. The value is the `batch`
+ * argument of the units' writer and poll: 0 one unit at a time, 1 batched, 2 batched with the poll waiting on
+ * each batch's last unit first (DION__PKT_POLL_LAST). */
+#define DION__PKT_BATCHES(g)                                                                                 \
+    ((g) == DION__BLOCK                                                            ? 0                       \
+     : ((g) == DION__THREAD ? DION__PKT_POLL_LAST >= 1 : DION__PKT_POLL_LAST >= 2) ? 2                       \
+                                                                                   : 1)
 #if DION__GPU
 #define DION__PKT_UNROLL _Pragma("unroll")
 #else
@@ -561,17 +577,11 @@ DION_HD dion_status_t dion__pkt_poll_unit(const dion_dev_t *d, const uint64_t *p
     return DION_SUCCESS;
 }
 
-/* Whether a batched poll first waits on the batch's last unit alone (one load in flight instead of up to
- * DION__PKT_BATCH on the lines the sender is writing), then checks the batch (a build may set it to compare,
- * perf/CMakeLists.txt p2p_bench_pkl; the thread 64 B to 4 KiB rows). */
-#ifndef DION__PKT_POLL_LAST
-#define DION__PKT_POLL_LAST 0
-#endif
-
 /* Polls this thread's units (r, r+n, ...) of the message at p until each carries seq in both words, copying
  * their payload to dst; stops on abort or timeout. With batch and an 8-byte aligned dst the whole units are
- * polled DION__PKT_BATCH at a time (all loads, then the checks); a partial last unit, unaligned destinations
- * and batch 0 one at a time. *seen: the flag last read from a unit that was not ready. */
+ * polled DION__PKT_BATCH at a time (all loads, then the checks; batch 2: after the batch's last unit alone
+ * has arrived); a partial last unit, unaligned destinations and batch 0 one at a time. *seen: the flag last
+ * read from a unit that was not ready. */
 DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, char *dst, size_t bytes,
                                      uint32_t seq, uint32_t r, uint32_t n, uint32_t *seen, int batch)
 {
@@ -591,9 +601,8 @@ DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, cha
             DION__PKT_UNROLL
             for (int k = 0; k < DION__PKT_BATCH; k++)
                 if (u + (size_t)k * n < whole) need |= 1u << k, cnt++;
-#if DION__PKT_POLL_LAST
             for (const uint64_t *q = p + 2 * (u + (size_t)(cnt - 1) * n);
-                 ;) { /* the batch's last unit alone */
+                 batch == 2;) { /* its last unit alone */
                 uint64_t w0, w1;
                 dion__pkt_load(q, &w0, &w1, scope);
                 if (dion__pkt_whole(w0, w1, seq)) break;
@@ -603,7 +612,6 @@ DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, cha
                     return st;
                 }
             }
-#endif
             for (;;) {
                 uint32_t unseen = need & ~done, flag = 0;
                 uint64_t a[DION__PKT_BATCH], b[DION__PKT_BATCH];

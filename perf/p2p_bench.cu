@@ -350,12 +350,14 @@ int main(int argc, char **argv)
     std::vector<bench_pp_case_t> cases = bench_pp_cases(&o, OP_SIGNAL, OP_PS_THREAD, OP_PS_WARP, OP_PS_BLOCK);
     if (bench_wants(&o, "signal"))
         cases.insert(cases.begin() + 1, {"signal_relaxed_pingpong", "thread", OP_SIGNAL_RELAXED, 1, 0});
-    /* packets at every power of two from 8 B to 4 KiB, and put_signal at the sizes between its own rows, so
-     * that perf/plot.py finds the crossover between two neighbouring sizes */
+    /* packets at every power of two from 8 B to 4 KiB, and put_signal at the sizes its own test leaves out
+     * (all of them when that test does not run), so that perf/plot.py finds the crossover between two
+     * neighbouring sizes of the same run */
     if (bench_wants(&o, "packet"))
         for (long long b = 8; b <= 4096; b *= 2) {
             int ps_row = 0;
-            for (int s = 0; s < BENCH_PS_NSIZES; s++) ps_row |= bench_ps_sizes[s] == b;
+            for (int s = 0; s < BENCH_PS_NSIZES; s++)
+                ps_row |= bench_ps_sizes[s] == b && bench_wants(&o, "put_signal");
             static const char *const gn[3] = {"thread", "warp", "block"};
             static const int threads[3] = {1, 32, 1024};
             for (int g = 0; g < 3; g++) {

@@ -256,7 +256,7 @@ static void test_packet_units(void)
         size_t bytes = iter < 400 ? (size_t)(iter % 200) + 1 : (size_t)(rnd() % MAXB) + 1;
         size_t so = rnd() % 2 ? 0 : rnd() % 8, dof = rnd() % 2 ? 0 : rnd() % 8;
         uint32_t g = groups[rnd() % 4], seq = (uint32_t)rnd() | 1u;
-        int batch = iter % 5 != 0; /* blocks never batch */
+        int batch = iter % 5 == 0 ? 0 : 1 + iter % 2; /* blocks never batch; 2: the last unit first */
         size_t units = (bytes + 7) / 8;
         for (size_t i = 0; i < sizeof src; i++) src[i] = (char)rnd(), dst[i] = (char)0x5a;
         for (size_t i = 0; i < WORDS; i++) win[i] = 0x0123456789abcdefull ^ i;
@@ -320,6 +320,16 @@ static void test_packet_units(void)
             st = dion__pkt_poll(&c, win, dst, 96, seq, r, g, &seen, 1);
         CHECK(st == DION_ERR_TIMEOUT && seen == seq - 1,
               "packet poll of a stale unit (g=%u): status %d, seen %u", g, (int)st, seen);
+    }
+    /* a thread's poll that waits on each batch's last unit first (batch 2): a stale last unit (7, the first
+     * batch's) and a stale unit before it (5) both time out naming the stale flag */
+    for (int stale = 5; stale <= 7; stale += 2) {
+        uint32_t seq = 88, seen = 0;
+        dion__pkt_put_units(win, src, 96, seq, 0, 1, DION_SCOPE_GPU, 1);
+        win[2 * stale] = (uint64_t)(seq - 1) << 32;
+        dion_status_t st = dion__pkt_poll(&c, win, dst, 96, seq, 0, 1, &seen, 2);
+        CHECK(st == DION_ERR_TIMEOUT && seen == seq - 1,
+              "packet poll (last unit first) of stale unit %d: status %d, seen %u", stale, (int)st, seen);
     }
     /* the same for the one-unit wait: unit 5's second word is stale, and its payload stays where it was */
     {
