@@ -59,13 +59,27 @@ DION_HD int dion__group_any(dion__group_t g, int v)
 
 /* ---- one unit: two 64-bit words, each written and read whole ---- */
 
+/* The state space of the units' accesses on the GPU (a build may set it to compare, perf/CMakeLists.txt
+ * p2p_bench_pkg): 0, generic addresses (LD/ST); 1, .global (LDG/STG, no generic-to-global resolution; every
+ * window is global memory: device memory, CUDA IPC and VMM mappings, mapped host memory). */
+#ifndef DION__PKT_GLOBAL
+#define DION__PKT_GLOBAL 0
+#endif
+#if DION__PKT_GLOBAL
+#define DION__PKT_SS ".global"
+#else
+#define DION__PKT_SS ""
+#endif
+
 DION_HD void dion__pkt_store(uint64_t *p, uint64_t w0, uint64_t w1, uint32_t scope)
 {
 #if DION__GPU
     if (scope == DION_SCOPE_GPU)
-        asm volatile("st.relaxed.gpu.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1) : "memory");
+        asm volatile("st.relaxed.gpu" DION__PKT_SS ".v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1)
+                     : "memory");
     else
-        asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1) : "memory");
+        asm volatile("st.relaxed.sys" DION__PKT_SS ".v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(w0), "l"(w1)
+                     : "memory");
 #else
     (void)scope;
     __atomic_store_n(p, w0, __ATOMIC_RELAXED);
@@ -78,9 +92,15 @@ DION_HD void dion__pkt_load(const uint64_t *p, uint64_t *w0, uint64_t *w1, uint3
 #if DION__GPU
     uint64_t a, b;
     if (scope == DION_SCOPE_GPU)
-        asm volatile("ld.relaxed.gpu.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+        asm volatile("ld.relaxed.gpu" DION__PKT_SS ".v2.u64 {%0, %1}, [%2];"
+                     : "=l"(a), "=l"(b)
+                     : "l"(p)
+                     : "memory");
     else
-        asm volatile("ld.relaxed.sys.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+        asm volatile("ld.relaxed.sys" DION__PKT_SS ".v2.u64 {%0, %1}, [%2];"
+                     : "=l"(a), "=l"(b)
+                     : "l"(p)
+                     : "memory");
     *w0 = a, *w1 = b;
 #else
     (void)scope;
@@ -162,9 +182,25 @@ DION_HD int dion__pkt_check_seq(const dion_ctx_t *c, uint32_t seq, dion_op_t op,
 #if DION__PKT_BATCH < 1 || DION__PKT_BATCH > 32
 #error "DION__PKT_BATCH must be 1..32"
 #endif
+/* Which batched polls first wait on the batch's last unit alone (one load in flight instead of up to
+ * DION__PKT_BATCH on the lines the sender is writing), then check the batch: 0 none; 1 (default) a thread's;
+ * 2 a thread's and a warp's (perf/CMakeLists.txt p2p_bench_pkl, pkl0). On the H200 (2026-12-01 01:58, one
+ * GPU) it took a thread's 64 B from 2.19 to 1.51 us and 4 KiB from 106 to 58, and made a warp's 512 B to 4
+ * KiB slower (512 B 0.96 -> 1.31 us). */
+#ifndef DION__PKT_POLL_LAST
+#define DION__PKT_POLL_LAST 1
+#endif
+#if DION__PKT_POLL_LAST < 0 || DION__PKT_POLL_LAST > 2
+#error "DION__PKT_POLL_LAST must be 0, 1 or 2"
+#endif
 /* Blocks take one unit per thread at a time: their messages rarely exceed one unit per thread (8 bytes x
- * threads), and the batch's registers would make the 1024-thread kernels spill. */
-#define DION__PKT_BATCHES(g) ((g) != DION__BLOCK)
+ * threads), and the batch's registers would make the 1024-thread kernels spill. The value is the `batch`
+ * argument of the units' writer and poll: 0 one unit at a time, 1 batched, 2 batched with the poll waiting on
+ * each batch's last unit first (DION__PKT_POLL_LAST). */
+#define DION__PKT_BATCHES(g)                                                                                 \
+    ((g) == DION__BLOCK                                                            ? 0                       \
+     : ((g) == DION__THREAD ? DION__PKT_POLL_LAST >= 1 : DION__PKT_POLL_LAST >= 2) ? 2                       \
+                                                                                   : 1)
 #if DION__GPU
 #define DION__PKT_UNROLL _Pragma("unroll")
 #else
@@ -193,7 +229,26 @@ DION_HD int dion__pkt_lean(const dion_ctx_t *c)
 #define DION__PKT_LOOKUP 0
 #endif
 
-#if DION__GPU && DION__PKT_LOOKUP == 1
+/* The fast path (GPU code): a lean call of a group whose threads have at most one unit each (a thread's
+ * message up to 8 bytes, a warp's up to 256, a block's up to 8 bytes a thread) goes from its entry to the
+ * payload's load and the unit's store (put), or to a poll loop whose exit stores the payload (wait), with
+ * every lookup off the path from the payload's load to the store. Where the peer's transport and scope and
+ * the window's base come from (a build may set DION__PKT_FAST to compare, perf/CMakeLists.txt): 1 (default)
+ * the parameter bank alone, for a rank with an inline entry in the handle and a window with a slot (the fast
+ * paths' DION__LK_INLINE selections, device/common.cuh): nothing reads memory, so a loop whose arguments do
+ * not change may make the selections once, before the loop; 2 read-only loads of the peer table and the
+ * window table (as DION__PKT_LOOKUP=1), for any rank and window: two loads, issued beside the payload's; 0 no
+ * fast path (the lean path below, as before). Any other call (checks, statistics or trace on, a group with
+ * several units a thread, a rank or window the mode does not cover) takes the lean path or the full one,
+ * unchanged. */
+#ifndef DION__PKT_FAST
+#define DION__PKT_FAST 1
+#endif
+#if DION__PKT_FAST < 0 || DION__PKT_FAST > 2
+#error "DION__PKT_FAST must be 0, 1 or 2"
+#endif
+
+#if DION__GPU && (DION__PKT_LOOKUP == 1 || DION__PKT_FAST == 2)
 DION_HD uint64_t dion__pkt_ldnc(const void *p)
 {
     uint64_t v;
@@ -202,11 +257,49 @@ DION_HD uint64_t dion__pkt_ldnc(const void *p)
 }
 #endif
 
+DION_HD int dion__pkt_fast(const dion_ctx_t *c, dion_dwin_t w, int rank)
+{
+#if DION__GPU && DION__PKT_FAST == 1
+    return dion__pkt_lean(c) & ((unsigned)rank < DION_DEV_INLINE_PEERS) & dion__win_in_slot(&c->dev, w);
+#elif DION__GPU && DION__PKT_FAST == 2
+    (void)w, (void)rank;
+    return dion__pkt_lean(c);
+#else
+    (void)c, (void)w, (void)rank;
+    return 0;
+#endif
+}
+
 /* The lean path's target: rank's base of window w and the scope of accesses there; 0 when rank is not
  * reached by loads and stores or has no base there (the caller then takes the full path, which records why).
- */
-DION_HD int dion__pkt_target(const dion_ctx_t *c, dion_dwin_t w, int rank, char **base, uint32_t *scope)
+ * fast: dion__pkt_fast holds (the selections read what DION__PKT_FAST says). */
+DION_HD int dion__pkt_target(const dion_ctx_t *c, dion_dwin_t w, int rank, int fast, char **base,
+                             uint32_t *scope)
 {
+#if DION__GPU && DION__PKT_FAST
+    if (fast) {
+#if DION__PKT_FAST == 1
+        const dion_dev_t *d = &c->dev;
+        /* transport and scope side by side in the entry: one 8-byte parameter load per candidate */
+#define DION__PKT_TS(k)                                                                                      \
+    (((uint64_t)d->peer_inline[k].scope << 32 | d->peer_inline[k].transport) & (0 - (uint64_t)(rank == (k))))
+        uint64_t ts = DION__PKT_TS(0) | DION__PKT_TS(1) | DION__PKT_TS(2) | DION__PKT_TS(3) |
+                      DION__PKT_TS(4) | DION__PKT_TS(5) | DION__PKT_TS(6) | DION__PKT_TS(7);
+#undef DION__PKT_TS
+        uint32_t t = (uint32_t)ts;
+        *scope = (uint32_t)(ts >> 32) |
+                 ((dion__win_flags_inl(d, w) & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
+        *base = dion__win_base_inl(d, w, rank);
+#else
+        uint64_t ts = dion__pkt_ldnc(&c->dev.peers[rank].transport); /* transport, then scope: one word */
+        uint32_t t = (uint32_t)ts, wf = (uint32_t)(dion__pkt_ldnc(w) >> 32); /* magic, then flags */
+        *base = (char *)(uintptr_t)dion__pkt_ldnc(&dion__win_peer(w, rank)->base);
+        *scope = (uint32_t)(ts >> 32) | ((wf & DION_WIN_HOST) ? DION_SCOPE_SYS : DION_SCOPE_GPU);
+#endif
+        return ((t == DION_TRANSPORT_P2P) | (t == DION_TRANSPORT_SELF)) & (*base != NULL);
+    }
+#endif
+    (void)fast;
 #if DION__GPU && DION__PKT_LOOKUP == 1
     uint64_t ts = dion__pkt_ldnc(&c->dev.peers[rank].transport); /* transport, then scope: one 8-byte word */
     uint32_t t = (uint32_t)ts, wf = (uint32_t)(dion__pkt_ldnc(w) >> 32); /* magic, then flags */
@@ -222,9 +315,15 @@ DION_HD int dion__pkt_target(const dion_ctx_t *c, dion_dwin_t w, int rank, char 
     return ((t == DION_TRANSPORT_P2P) | (t == DION_TRANSPORT_SELF)) & (*base != NULL);
 }
 
-/* This rank's base of window w, for the lean wait. */
-DION_HD char *dion__pkt_own_base(const dion_ctx_t *c, dion_dwin_t w)
+/* This rank's base of window w, for the lean wait (fast: as in dion__pkt_target). */
+DION_HD char *dion__pkt_own_base(const dion_ctx_t *c, dion_dwin_t w, int fast)
 {
+#if DION__GPU && DION__PKT_FAST == 1
+    if (fast) return dion__win_base_inl(&c->dev, w, c->dev.rank);
+#elif DION__GPU && DION__PKT_FAST == 2
+    if (fast) return (char *)(uintptr_t)dion__pkt_ldnc(&dion__win_peer(w, c->dev.rank)->base);
+#endif
+    (void)fast;
 #if DION__GPU && DION__PKT_LOOKUP == 1
     return (char *)(uintptr_t)dion__pkt_ldnc(&dion__win_peer(w, c->dev.rank)->base);
 #else
@@ -253,8 +352,8 @@ DION_HD void dion__pkt_put_units(uint64_t *to, const char *src, size_t bytes, ui
     size_t u = r;
     if (batch && ((uintptr_t)src & 7) == 0) {
         size_t whole = bytes / DION_PACKET_PAYLOAD;
-        while (u < whole) { /* u ends at this thread's first unit past the whole ones */
-            uint64_t v[DION__PKT_BATCH];
+        while (u < whole) {                    /* u ends at this thread's first unit past the whole ones */
+            uint64_t v[DION__PKT_BATCH] = {0}; /* all set before use; gcc cannot tell */
             uint32_t cnt = 0;
             DION__PKT_UNROLL
             for (int k = 0; k < DION__PKT_BATCH; k++)
@@ -278,11 +377,30 @@ DION_HD void dion__put_packet_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
                                     const void *src, size_t bytes, uint32_t seq)
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
-    /* The lean path: one flags test, the peer's transport, the window base and the scope, then the stores. */
-    if (dion__pkt_lean(&c)) {
+    int fast = dion__pkt_fast(&c, dst, peer);
+#if DION__GPU && DION__PKT_FAST
+    if ((bytes + DION_PACKET_PAYLOAD - 1) / DION_PACKET_PAYLOAD <= n) { /* at most one unit a thread */
+        /* The payload's load goes out first: the lookups and tests below run while it is in flight, and the
+         * store is the only thing that waits for it. src holds `bytes` readable bytes whichever path runs. */
+        int mine = r * DION_PACKET_PAYLOAD < bytes;
+        uint32_t lo = 0, hi = 0;
+        if (mine) dion__pkt_gather((const char *)src, bytes, r, &lo, &hi);
         char *base;
         uint32_t scope;
-        if (dion__pkt_target(&c, dst, peer, &base, &scope)) {
+        if (fast && dion__pkt_target(&c, dst, peer, 1, &base, &scope)) {
+            uint64_t flag = (uint64_t)seq << 32;
+            if (mine)
+                dion__pkt_store((uint64_t *)(base + dst_off) + 2 * (size_t)r, flag | lo, flag | hi, scope);
+            dion__group_sync(g);
+            return;
+        }
+    }
+#endif
+    /* The lean path: one flags test, the peer's transport, the window base and the scope, then the stores. */
+    if (fast || dion__pkt_lean(&c)) {
+        char *base;
+        uint32_t scope;
+        if (dion__pkt_target(&c, dst, peer, fast, &base, &scope)) {
             dion__pkt_put_units((uint64_t *)(base + dst_off), (const char *)src, bytes, seq, r, n, scope,
                                 DION__PKT_BATCHES(g));
             dion__group_sync(g);
@@ -372,10 +490,98 @@ DION_HD dion_status_t dion__pkt_poll_one(const dion_dev_t *d, uint32_t scope, co
     return DION_SUCCESS;
 }
 
+/* How many loads of the fast path's poll are in flight (a build may set it to compare, perf/CMakeLists.txt):
+ * 1, one after the other; 2, two, the second issued DION__PKT_STAGGER clock cycles after the first and each
+ * reissued as soon as it returns, so the unit is sampled about twice per memory round trip and a message is
+ * seen about a quarter of a round trip sooner on average. */
+#ifndef DION__PKT_POLL_DEPTH
+#define DION__PKT_POLL_DEPTH 1
+#endif
+#if DION__PKT_POLL_DEPTH != 1 && DION__PKT_POLL_DEPTH != 2
+#error "DION__PKT_POLL_DEPTH must be 1 or 2"
+#endif
+#ifndef DION__PKT_STAGGER
+#define DION__PKT_STAGGER 160u /* about half an L2 round trip of an H200, in SM clock cycles */
+#endif
+
+/* The payload of unit u (words w0, w1) to dst: to, when the fast wait chose it, takes the two halves as
+ * they sit in the words' registers (one 64-bit store would first copy them into a register pair, and the
+ * copy may have to wait for a poll still in flight whose registers it reuses). */
+DION_HD void dion__pkt_land(uint64_t *to, char *dst, size_t bytes, size_t u, uint64_t w0, uint64_t w1)
+{
+    if (to)
+        ((uint32_t *)to)[0] = (uint32_t)w0, ((uint32_t *)to)[1] = (uint32_t)w1;
+    else
+        dion__pkt_scatter(dst, bytes, u, (uint32_t)w0, (uint32_t)w1);
+}
+
+/* The fast path's wait for unit u of the message at p (u * 8 < bytes): the payload's destination is chosen
+ * before the first poll, so the exit from the poll loop is a compare, a branch and the store. Stops on abort
+ * or timeout (every 128 polls, as dion__pkt_poll_one) with *seen = the flag last read. */
+DION_HD dion_status_t dion__pkt_poll_unit(const dion_dev_t *d, const uint64_t *p, char *dst, size_t bytes,
+                                          uint32_t seq, uint32_t u, uint32_t *seen)
+{
+    uint32_t scope = dion__dev_scope(d);
+    const uint64_t *q = p + 2 * (size_t)u;
+    /* a whole, aligned word goes with one store; the choice is pinned before the loop so that the compiler
+     * does not sink it to the loop's exit */
+    uint64_t *to = ((size_t)u + 1) * DION_PACKET_PAYLOAD <= bytes && ((uintptr_t)dst & 7) == 0
+                       ? (uint64_t *)dst + u
+                       : NULL;
+#if DION__GPU
+    asm volatile("" : "+l"(to));
+#endif
+    uint64_t start = 0, w0, w1;
+    uint32_t polls = 0;
+#if DION__GPU && DION__PKT_POLL_DEPTH == 2
+    uint64_t b0, b1;
+    dion__pkt_load(q, &w0, &w1, scope);
+    for (uint32_t t0 = (uint32_t)clock(); (uint32_t)clock() - t0 < DION__PKT_STAGGER;) {
+    }
+    dion__pkt_load(q, &b0, &b1, scope);
+#endif
+    for (;;) {
+        uint32_t k = DION__PKT_ROUND(polls);
+        polls += k;
+        int whole;
+#if DION__GPU && DION__PKT_POLL_DEPTH == 2
+        whole = 0;
+        do { /* w and b alternate: each is checked when it returns and reissued at once. Each exit copies
+              * the words that hit and nothing else: reading the other pair (a copy, a select) would wait
+              * for its load in flight. */
+            if (dion__pkt_whole(w0, w1, seq)) {
+                dion__pkt_land(to, dst, bytes, u, w0, w1);
+                return DION_SUCCESS;
+            }
+            dion__pkt_load(q, &w0, &w1, scope);
+            if (dion__pkt_whole(b0, b1, seq)) {
+                dion__pkt_land(to, dst, bytes, u, b0, b1);
+                return DION_SUCCESS;
+            }
+            dion__pkt_load(q, &b0, &b1, scope);
+        } while (--k);
+#else
+        do {
+            dion__pkt_load(q, &w0, &w1, scope);
+            whole = dion__pkt_whole(w0, w1, seq);
+        } while (!whole && --k);
+#endif
+        if (whole) break;
+        dion_status_t st = dion__pkt_rare(d, scope, polls, &start);
+        if (st != DION_SUCCESS) {
+            *seen = (uint32_t)(w0 >> 32) != seq ? (uint32_t)(w0 >> 32) : (uint32_t)(w1 >> 32);
+            return st;
+        }
+    }
+    dion__pkt_land(to, dst, bytes, u, w0, w1);
+    return DION_SUCCESS;
+}
+
 /* Polls this thread's units (r, r+n, ...) of the message at p until each carries seq in both words, copying
  * their payload to dst; stops on abort or timeout. With batch and an 8-byte aligned dst the whole units are
- * polled DION__PKT_BATCH at a time (all loads, then the checks); a partial last unit, unaligned destinations
- * and batch 0 one at a time. *seen: the flag last read from a unit that was not ready. */
+ * polled DION__PKT_BATCH at a time (all loads, then the checks; batch 2: after the batch's last unit alone
+ * has arrived); a partial last unit, unaligned destinations and batch 0 one at a time. *seen: the flag last
+ * read from a unit that was not ready. */
 DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, char *dst, size_t bytes,
                                      uint32_t seq, uint32_t r, uint32_t n, uint32_t *seen, int batch)
 {
@@ -395,6 +601,17 @@ DION_HD dion_status_t dion__pkt_poll(const dion_ctx_t *c, const uint64_t *p, cha
             DION__PKT_UNROLL
             for (int k = 0; k < DION__PKT_BATCH; k++)
                 if (u + (size_t)k * n < whole) need |= 1u << k, cnt++;
+            for (const uint64_t *q = p + 2 * (u + (size_t)(cnt - 1) * n);
+                 batch == 2;) { /* its last unit alone */
+                uint64_t w0, w1;
+                dion__pkt_load(q, &w0, &w1, scope);
+                if (dion__pkt_whole(w0, w1, seq)) break;
+                dion_status_t st = dion__pkt_rare(d, scope, ++polls, &start);
+                if (st != DION_SUCCESS) {
+                    *seen = (uint32_t)(w0 >> 32) != seq ? (uint32_t)(w0 >> 32) : (uint32_t)(w1 >> 32);
+                    return st;
+                }
+            }
             for (;;) {
                 uint32_t unseen = need & ~done, flag = 0;
                 uint64_t a[DION__PKT_BATCH], b[DION__PKT_BATCH];
@@ -468,9 +685,21 @@ DION_HD dion_status_t dion__wait_packet_group(dion_ctx_t c, dion__group_t g, dio
     int me = c.dev.rank;
     uint32_t seen = 0;
     dion_status_t st;
-    if (dion__pkt_lean(&c)) { /* straight to the poll loop; the error path below is the same */
-        st = dion__pkt_poll(&c, (const uint64_t *)(dion__pkt_own_base(&c, win) + off), (char *)dst, bytes,
-                            seq, r, n, &seen, DION__PKT_BATCHES(g));
+    int fast = dion__pkt_fast(&c, win, me);
+#if DION__GPU && DION__PKT_FAST
+    if (fast &&
+        (bytes + DION_PACKET_PAYLOAD - 1) / DION_PACKET_PAYLOAD <= n) { /* at most one unit a thread */
+        const uint64_t *p = (const uint64_t *)(dion__pkt_own_base(&c, win, 1) + off);
+        st = r * DION_PACKET_PAYLOAD < bytes
+                 ? dion__pkt_poll_unit(&c.dev, p, (char *)dst, bytes, seq, r, &seen)
+                 : DION_SUCCESS;
+        if (g == DION__THREAD && st == DION_SUCCESS) return st;
+        return dion__pkt_wait_end(&c, g, win, off, bytes, seq, st, seen);
+    }
+#endif
+    if (fast || dion__pkt_lean(&c)) { /* straight to the poll loop; the error path below is the same */
+        st = dion__pkt_poll(&c, (const uint64_t *)(dion__pkt_own_base(&c, win, fast) + off), (char *)dst,
+                            bytes, seq, r, n, &seen, DION__PKT_BATCHES(g));
         if (g == DION__THREAD && st == DION_SUCCESS) return st;
     } else {
         uint64_t span = DION_PACKET_SPAN(bytes);

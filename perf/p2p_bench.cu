@@ -370,17 +370,21 @@ int main(int argc, char **argv)
     std::vector<bench_pp_case_t> cases = bench_pp_cases(&o, OP_SIGNAL, OP_PS_THREAD, OP_PS_WARP, OP_PS_BLOCK);
     if (bench_wants(&o, "signal"))
         cases.insert(cases.begin() + 1, {"signal_relaxed_pingpong", "thread", OP_SIGNAL_RELAXED, 1, 0});
-    /* packets at the sizes of the put_signal rows up to 4 KiB, for the crossover plot */
+    /* packets at every power of two from 8 B to 4 KiB, and put_signal at the sizes its own test leaves out
+     * (all of them when that test does not run), so that perf/plot.py finds the crossover between two
+     * neighbouring sizes of the same run */
     if (bench_wants(&o, "packet"))
-        for (int s = 0; s < BENCH_PS_NSIZES; s++) {
-            long long b = bench_ps_sizes[s];
-            if (b > 4096) continue;
-            if (bench_wants_row(&o, b, "thread"))
-                cases.push_back({"packet_pingpong", "thread", OP_PKT_THREAD, 1, b});
-            if (bench_wants_row(&o, b, "warp"))
-                cases.push_back({"packet_pingpong", "warp", OP_PKT_WARP, 32, b});
-            if (bench_wants_row(&o, b, "block"))
-                cases.push_back({"packet_pingpong", "block", OP_PKT_BLOCK, 1024, b});
+        for (long long b = 8; b <= 4096; b *= 2) {
+            int ps_row = 0;
+            for (int s = 0; s < BENCH_PS_NSIZES; s++)
+                ps_row |= bench_ps_sizes[s] == b && bench_wants(&o, "put_signal");
+            static const char *const gn[3] = {"thread", "warp", "block"};
+            static const int threads[3] = {1, 32, 1024};
+            for (int g = 0; g < 3; g++) {
+                if (!bench_wants_row(&o, b, gn[g])) continue;
+                cases.push_back({"packet_pingpong", gn[g], OP_PKT_THREAD + g, threads[g], b});
+                if (!ps_row) cases.push_back({"put_signal_pingpong", gn[g], OP_PS_THREAD + g, threads[g], b});
+            }
         }
     /* refpp: the reference ping-pongs alone, without ref's 1 GiB copy (perf/run_gpu.sh's ab step) */
     if (bench_wants(&o, "ref") || bench_wants(&o, "refpp")) {

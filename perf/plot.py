@@ -10,6 +10,7 @@ dion-proxy-shm, dion-proxy-tcp[-hostwin] the proxy over libfabric's providers; d
 A header line (dion-perf writes one into a new file) is skipped. Needs matplotlib (not part of CI).
 usage: plot.py OUTDIR FILE.csv [FILE.csv ...]"""
 import csv
+import math
 import os
 import sys
 from collections import defaultdict
@@ -107,32 +108,58 @@ def bandwidth_plot(rows, label, out):
     return True
 
 
+def crossover(pk, ps):
+    """The payload size where put_signal becomes faster than packets, from {bytes: us} of each: interpolated
+    on log2(size) between the last size where packets win and the next measured size; None when packets win
+    at every size both have, 0 when put_signal wins at the smallest."""
+    common = sorted(b for b in pk if b in ps)
+    prev = None
+    for b in common:
+        d = pk[b] - ps[b]  # > 0: put_signal faster
+        if d > 0:
+            if prev is None:
+                return 0
+            b0, d0 = prev
+            x0, x1 = math.log2(b0), math.log2(b)
+            return 2 ** (x0 + (x1 - x0) * (-d0) / (d - d0))
+        prev = (b, d)
+    return None
+
+
 def packet_plot(rows, label, out):
-    """DION's packet against put_signal one-way latency per group, with the first size where put_signal wins."""
+    """DION's packet against put_signal one-way latency per group, with the crossover size (interpolated)
+    marked and printed. p2p_bench writes oneway_us; dion-perf oneway_us_median (used when the other is absent)."""
     groups = ["thread", "warp", "block"]
     tests = {"packet_pingpong": ("tab:red", "D", "packet"), "put_signal_pingpong": ("tab:blue", "o", "put_signal")}
-    series = defaultdict(list)
+    by_metric = {"oneway_us": defaultdict(dict), "oneway_us_median": defaultdict(dict)}
     for impl, lab, test, group, size, metric, value in rows:
-        if impl == "dion" and lab == label and test in tests and metric == "oneway_us" and size <= 4096:
-            series[(test, group)].append((size, value))
+        if impl == "dion" and lab == label and test in tests and metric in by_metric and size <= 4096:
+            by_metric[metric][(test, group)][size] = value
+    series = by_metric["oneway_us"] if by_metric["oneway_us"] else by_metric["oneway_us_median"]
     if not any(k[0] == "packet_pingpong" for k in series):
         return
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for ax, g in zip(axes, groups):
         for test, (color, marker, name) in tests.items():
-            pts = sorted(series.get((test, g), []))
+            pts = sorted(series.get((test, g), {}).items())
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=name)
-        pk = dict(series.get(("packet_pingpong", g), []))
-        ps = dict(series.get(("put_signal_pingpong", g), []))
-        cross = [b for b in sorted(pk) if b in ps and ps[b] < pk[b]]
-        note = f"put_signal faster from {cross[0]} B" if cross else "packet faster at every size measured"
+        x = crossover(series.get(("packet_pingpong", g), {}), series.get(("put_signal_pingpong", g), {}))
+        if x is None:
+            note = "packet faster at every size measured"
+        elif x == 0:
+            note = "put_signal faster at every size measured"
+        else:
+            note = f"crossover ~{x:.0f} B: packet faster below"
+            ax.axvline(x, color="gray", linestyle="--", alpha=0.7)
+        print(f"packet crossover {label} {g}: {note}")
         ax.set_title(f"{g}: {note}", fontsize=10)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("payload bytes")
         ax.set_ylabel("one-way latency (us)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        if ax.lines:
+            ax.legend()
     fig.suptitle(f"DION packet puts against put_signal, one-way = half a round trip ({label})")
     fig.tight_layout()
     fig.savefig(out, dpi=110)

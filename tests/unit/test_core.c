@@ -299,12 +299,12 @@ static void test_packet_units(void)
     memset(&c, 0, sizeof c);
     c.dev.signals = signals; /* num_signals 0: the abort word is signals[DION_CTL_ABORT], zero */
     c.dev.wait_timeout_ns = 20 * 1000 * 1000;
-    int cases = 0, batched = 0;
+    int cases = 0, batched = 0, single = 0;
     for (int iter = 0; iter < 2500 && !failures; iter++) {
         size_t bytes = iter < 400 ? (size_t)(iter % 200) + 1 : (size_t)(rnd() % MAXB) + 1;
         size_t so = rnd() % 2 ? 0 : rnd() % 8, dof = rnd() % 2 ? 0 : rnd() % 8;
         uint32_t g = groups[rnd() % 4], seq = (uint32_t)rnd() | 1u;
-        int batch = iter % 5 != 0; /* blocks never batch */
+        int batch = iter % 5 == 0 ? 0 : 1 + iter % 2; /* blocks never batch; 2: the last unit first */
         size_t units = (bytes + 7) / 8;
         for (size_t i = 0; i < sizeof src; i++) src[i] = (char)rnd(), dst[i] = (char)0x5a;
         for (size_t i = 0; i < WORDS; i++) win[i] = 0x0123456789abcdefull ^ i;
@@ -337,12 +337,26 @@ static void test_packet_units(void)
         }
         CHECK(memcmp(dst, want, sizeof dst) == 0,
               "packet poll bytes=%zu src+%zu dst+%zu g=%u: payload differs", bytes, so, dof, g);
+        if (units <=
+            g) { /* the fast path's wait (at most one unit a thread): the same payload, nothing more */
+            static char dst2[MAXB + 16];
+            memset(dst2, 0x5a, sizeof dst2);
+            for (uint32_t r = 0; r * 8 < bytes; r++) {
+                uint32_t seen = 0;
+                dion_status_t st = dion__pkt_poll_unit(&c.dev, win, dst2 + dof, bytes, seq, r, &seen);
+                CHECK(st == DION_SUCCESS, "packet poll_unit bytes=%zu r=%u: %d", bytes, r, (int)st);
+            }
+            CHECK(memcmp(dst2, want, sizeof dst2) == 0,
+                  "packet poll_unit bytes=%zu dst+%zu g=%u: payload differs", bytes, dof, g);
+            single++;
+        }
         batched +=
             batch && units > g && (((uintptr_t)(src + so) & 7) == 0 || ((uintptr_t)(dst + dof) & 7) == 0);
         cases++;
     }
     CHECK(cases == 2500, "only %d packet cases ran", cases);
     CHECK(batched > 300, "only %d packet cases took the batched path", batched);
+    CHECK(single > 300, "only %d packet cases took the one-unit-a-thread wait", single);
     /* unit 5 of 12 carries the previous sequence: a timeout naming it, for one thread and for a group */
     for (uint32_t g = 1; g <= 32; g += 31) {
         uint32_t seq = 77;
@@ -354,6 +368,26 @@ static void test_packet_units(void)
             st = dion__pkt_poll(&c, win, dst, 96, seq, r, g, &seen, 1);
         CHECK(st == DION_ERR_TIMEOUT && seen == seq - 1,
               "packet poll of a stale unit (g=%u): status %d, seen %u", g, (int)st, seen);
+    }
+    /* a thread's poll that waits on each batch's last unit first (batch 2): a stale last unit (7, the first
+     * batch's) and a stale unit before it (5) both time out naming the stale flag */
+    for (int stale = 5; stale <= 7; stale += 2) {
+        uint32_t seq = 88, seen = 0;
+        dion__pkt_put_units(win, src, 96, seq, 0, 1, DION_SCOPE_GPU, 1);
+        win[2 * stale] = (uint64_t)(seq - 1) << 32;
+        dion_status_t st = dion__pkt_poll(&c, win, dst, 96, seq, 0, 1, &seen, 2);
+        CHECK(st == DION_ERR_TIMEOUT && seen == seq - 1,
+              "packet poll (last unit first) of stale unit %d: status %d, seen %u", stale, (int)st, seen);
+    }
+    /* the same for the one-unit wait: unit 5's second word is stale, and its payload stays where it was */
+    {
+        uint32_t seq = 99, seen = 0;
+        for (uint32_t r = 0; r < 12; r++) dion__pkt_put_units(win, src, 96, seq, r, 12, DION_SCOPE_GPU, 0);
+        win[2 * 5 + 1] = (uint64_t)(seq - 1) << 32;
+        memset(dst, 0x5a, 96);
+        dion_status_t st = dion__pkt_poll_unit(&c.dev, win, dst, 96, seq, 5, &seen);
+        CHECK(st == DION_ERR_TIMEOUT && seen == seq - 1 && dst[40] == 0x5a,
+              "packet poll_unit of a stale unit: status %d, seen %u", (int)st, seen);
     }
 }
 
