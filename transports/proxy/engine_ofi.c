@@ -376,6 +376,13 @@ static void ofi_close(dion__engine_t *e)
                  (unsigned long long)e->busy_posts, (unsigned long long)e->n_flushes,
                  (unsigned long long)e->n_keychecks, (unsigned long long)e->n_cq_reads,
                  (unsigned long long)e->n_cq_empty, (unsigned long long)e->n_cqes);
+    if (e->ep && e->h_gap.count)
+        DION_LOG(DION_LOG_INFO,
+                 "ofi: times; gap between polls p50 %.1f us p90 %.1f us (%llu); fetching operations posted "
+                 "to completed (to the peer's progress and back) p50 %.1f us p90 %.1f us (%llu)",
+                 ofi_hist_q(&e->h_gap, 0.5), ofi_hist_q(&e->h_gap, 0.9), (unsigned long long)e->h_gap.count,
+                 ofi_hist_q(&e->h_fetch, 0.5), ofi_hist_q(&e->h_fetch, 0.9),
+                 (unsigned long long)e->h_fetch.count);
     /* bound objects before what they are bound to: MRs (FI_MR_ENDPOINT) before the endpoint, the endpoint
      * before its queues and address vector */
     if (e->ops_mr.mr) fi_close(&e->ops_mr.mr->fid);

@@ -25,6 +25,30 @@ enum { OP_FREE, OP_QUEUED, OP_INFLIGHT, OP_ABANDONED, OP_SENT, OP_READY };
 enum { OP_PUT, OP_GET, OP_AMO };
 enum { CLS_WRITE = 1, CLS_READ = 2 };
 
+/* A latency histogram for the closing log line: 100 ns buckets up to 25.6 us, the last one open. */
+#define OFI_HIST_NS      100u
+#define OFI_HIST_BUCKETS 256u
+typedef struct {
+    uint32_t n[OFI_HIST_BUCKETS];
+    uint64_t count;
+} ofi_hist_t;
+
+static inline void ofi_hist_add(ofi_hist_t *h, uint64_t ns)
+{
+    uint64_t b = ns / OFI_HIST_NS;
+    h->n[b < OFI_HIST_BUCKETS ? b : OFI_HIST_BUCKETS - 1]++;
+    h->count++;
+}
+
+/* The upper edge, in us, of the bucket that holds quantile q (0 when empty). */
+static inline double ofi_hist_q(const ofi_hist_t *h, double q)
+{
+    uint64_t want = (uint64_t)(q * (double)h->count), seen = 0;
+    for (uint32_t b = 0; b < OFI_HIST_BUCKETS && h->count; b++)
+        if ((seen += h->n[b]) > want) return (double)((b + 1) * OFI_HIST_NS) / 1000.0;
+    return 0;
+}
+
 typedef struct {
     struct fi_context2 ctx; /* first: completions give back its address */
     uint64_t operand, compare, result;
@@ -103,6 +127,10 @@ struct dion__engine {
         busy_posts; /* posts the provider refused for lack of resources (-FI_EAGAIN), retried from poll */
     /* counts for the closing log line: what one command costs (docs/backends/proxy.md, Performance) */
     uint64_t n_posts, n_held, n_cq_reads, n_cq_empty, n_cqes;
+    /* and times: the gap between polls (a proxy thread's pass while it spins) and a fetching operation's
+     * post to its completion (the way to the peer's progress and back: signals, flushes, fetch-adds) */
+    ofi_hist_t h_gap, h_fetch;
+    uint64_t last_poll_ns;
     int broken;
     uint64_t mr_mode;
     uint64_t msg_order;

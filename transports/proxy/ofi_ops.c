@@ -632,9 +632,8 @@ static void uncount(dion__engine_t *e, op_t *o)
 
 /* Operations the provider never completed (libfabric 1.17's shm drops the answer to a refused access) are
  * reported as timed out, so that nothing waits forever; their slots stay taken until a late completion. */
-static void expire(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
+static void expire(dion__engine_t *e, uint64_t now, dion__engine_cqe_t *out, int max, int *n)
 {
-    uint64_t now = dion__now_ns();
     if (!e->op_timeout_ns || now < e->next_scan_ns || !e->inflight_total) return;
     e->next_scan_ns = now + 100000000ull; /* every 100 ms at most */
     for (uint32_t k = 0; k < e->nops && *n < max; k++) {
@@ -679,6 +678,9 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
         return -1;
     }
     int n = 0;
+    uint64_t now = dion__now_ns(); /* one clock read per poll: timeouts, and the times of the closing line */
+    if (e->last_poll_ns) ofi_hist_add(&e->h_gap, now - e->last_poll_ns);
+    e->last_poll_ns = now;
     ready_emit(e, out, max, &n);
     while (n < max) {
         struct fi_cq_entry ent[16];
@@ -754,7 +756,10 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
             }
             if (o->internal && o->vk != OFI_NONE && o->klen > e->vks[o->vk].ok_len)
                 e->vks[o->vk].ok_len = o->klen; /* a key check came back: before settle releases writes */
-            if (covers(e, o)) settle(e, p, o->seq, DION_SUCCESS);
+            if (covers(e, o)) {
+                settle(e, p, o->seq, DION_SUCCESS);
+                if (o->kind == OP_AMO) ofi_hist_add(&e->h_fetch, now - o->posted_ns);
+            }
             if (o->internal) {
                 internal_done(e, o, DION_SUCCESS);
                 retire(e, o);
@@ -773,7 +778,7 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
         }
         if (got < want) break;
     }
-    expire(e, out, max, &n);
+    expire(e, now, out, max, &n);
     if (e->queued_peers) drain(e, out, max, &n);
     if (e->nwant) flush_wanted(e);
     ready_emit(e, out, max, &n);
