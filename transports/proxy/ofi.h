@@ -63,7 +63,8 @@ typedef struct {
     dion_status_t status; /* READY: the completion's status */
     uint32_t next;        /* free list, the peer's queue or its list of SENT writes */
     uint8_t state, kind, amo, cls, ordered;
-    uint8_t flushed;  /* a write posted without FI_DELIVERY_COMPLETE: a later fetch confirms it */
+    uint8_t flushed;  /* a write (or a plain add or set) posted without FI_DELIVERY_COMPLETE: a later fetch
+                         confirms it */
     uint8_t internal; /* the engine's own flush or key check: no completion for the caller */
     uint32_t vk;      /* flushed write: its (peer, key) entry (vkey_t) while the key is unchecked for klen
                          bytes, else OFI_NONE; key check (internal): the entry it checks */
@@ -121,7 +122,8 @@ struct dion__engine {
     int cuda_mem;
     int delivery;      /* FI_DELIVERY_COMPLETE granted */
     int fetch_updates; /* post add and set as fetching atomics, for their completion semantics (shm) */
-    int delivered;     /* every completion means the target's memory holds the result */
+    int plain_sig; /* flush mode, DION_OFI_SIGNAL=plain: add and set go as plain atomics, held like writes */
+    int delivered; /* every completion means the target's memory holds the result */
     uint64_t op_timeout_ns, next_scan_ns;
     uint64_t
         busy_posts; /* posts the provider refused for lack of resources (-FI_EAGAIN), retried from poll */

@@ -52,7 +52,7 @@ static int may_post(const dion__engine_t *e, const peer_t *p, const op_t *o)
 static int covers(const dion__engine_t *e, const op_t *o)
 {
     return o->kind == OP_GET ||
-           (o->kind == OP_AMO && (e->fetch_updates || o->amo >= DION__ENGINE_AMO_FETCH_ADD));
+           (o->kind == OP_AMO && !o->flushed && (e->fetch_updates || o->amo >= DION__ENGINE_AMO_FETCH_ADD));
 }
 
 /* Hands one operation to libfabric: 0, -FI_EAGAIN (try again after progress) or another error. */
@@ -95,7 +95,10 @@ static ssize_t submit(dion__engine_t *e, op_t *o)
         case DION__ENGINE_AMO_ADD:
         case DION__ENGINE_AMO_SET:
             m.op = o->amo == DION__ENGINE_AMO_ADD ? FI_SUM : FI_ATOMIC_WRITE;
-            if (e->fetch_updates) /* fetching atomics complete only once applied at the target */
+            o->flushed = e->plain_sig && p->fvalid; /* completes when queued: a later fetch confirms it */
+            if (o->flushed)
+                rc = fi_atomicmsg(e->ep, &m, flags);
+            else if (e->fetch_updates) /* fetching atomics complete only once applied at the target */
                 rc = fi_fetch_atomicmsg(e->ep, &m, &res, &desc, 1, flags);
             else
                 rc = fi_atomicmsg(e->ep, &m, flags | (e->delivery ? FI_DELIVERY_COMPLETE : 0));
@@ -460,9 +463,10 @@ static op_t *prepare(dion__engine_t *e, int peer, const dion__engine_rkey_t *rk,
     return o;
 }
 
-/* Flush mode: a write whose key is not known to be accepted by its peer for the size it was given with. The
- * first such write is followed by a check, a 1-byte read of the region's last byte with the key; the write
- * (and any other with that key meanwhile) counts as delivered only once the check came back. */
+/* Flush mode: a write (or a plain add or set) whose key is not known to be accepted by its peer for the size
+ * it was given with. The first such write is followed by a check, a 1-byte read of the region's last byte
+ * with the key; the write (and any other with that key meanwhile) counts as delivered only once the check
+ * came back. */
 static dion_status_t put_checked(dion__engine_t *e, op_t *o, const dion__engine_rkey_t *rk)
 {
     uint32_t idx = vk_entry(e, o->peer, rk->key);
@@ -477,10 +481,10 @@ static dion_status_t put_checked(dion__engine_t *e, op_t *o, const dion__engine_
         op_free(e, o);
         return dion__error_set(
             DION_ERR_REMOTE_ACCESS,
-            "ofi put of %zu bytes to rank %d at offset %llu: rank %d did not confirm remote "
+            "ofi %s of %zu bytes to rank %d at offset %llu: rank %d did not confirm remote "
             "key %#llx for a %llu-byte region earlier (%s); shm drops refused accesses at "
             "the target, so writes with that key are refused here",
-            o->bytes, o->peer, (unsigned long long)o->roff, o->peer, (unsigned long long)rk->key,
+            op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, o->peer, (unsigned long long)rk->key,
             (unsigned long long)rk->len, dion_status_string(k->status));
     }
     o->vk = idx;
@@ -576,6 +580,8 @@ dion_status_t dion__ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t o
     o->compare = compare;
     o->result = 0;
     o->cookie = cookie;
+    /* plain add and set (flush mode): shm drops one it refuses without a word, as it does writes */
+    if (e->plain_sig && o->cls == CLS_WRITE && e->peers[peer].fvalid && rk->len) return put_checked(e, o, rk);
     return post(e, o);
 }
 
