@@ -22,6 +22,50 @@ DION_HD uint64_t dion__proxy_nslots(const dion_proxy_ring_dev_t *r)
     return (uint64_t)r->mask + 1;
 }
 
+/* DION_PROXY_POLL_STAGGER=1 (a build variant for A/B runs, perf/proxy_ring_bench_stagger): completion waits
+ * poll with dion__proxy_poll_stagger instead of one acquire load at a time. */
+#ifndef DION_PROXY_POLL_STAGGER
+#define DION_PROXY_POLL_STAGGER 0
+#endif
+#define DION__PROXY_STAGGER_LOADS 4   /* loads of the word in flight at once */
+#define DION__PROXY_STAGGER_GAP   400 /* clock cycles between their issues (~0.2 us) */
+
+#if DION__GPU
+/* A read of pinned host memory takes a PCIe round trip (~1 us), so a thread that waits for each read before
+ * the next sees a store up to a round trip late. Here DION__PROXY_STAGGER_LOADS relaxed reads stay in flight,
+ * issued DION__PROXY_STAGGER_GAP cycles apart, and each is reissued as soon as it is checked: the word is
+ * observed every round trip / LOADS instead. Returns 1 with *v the value that met the target (then an
+ * acquire fence: what was released before it is visible), or 0 after a bounded number of rounds with *v the
+ * last value read, so that the caller looks at its clock and failure words. */
+DION_HD int dion__proxy_poll_stagger(const uint64_t *word, uint64_t target, int exact, uint64_t *v)
+{
+    uint64_t r[DION__PROXY_STAGGER_LOADS];
+#pragma unroll
+    for (int k = 0; k < DION__PROXY_STAGGER_LOADS; k++) {
+        r[k] = dion__ld_relaxed(word, DION_SCOPE_SYS);
+        if (k + 1 < DION__PROXY_STAGGER_LOADS) {
+            long long t0 = clock64();
+            while (clock64() - t0 < DION__PROXY_STAGGER_GAP) {
+            }
+        }
+    }
+    for (int round = 0; round < 32; round++) {
+#pragma unroll
+        for (int k = 0; k < DION__PROXY_STAGGER_LOADS; k++) {
+            uint64_t x = r[k]; /* waits for this read only: the others stay in flight */
+            if (exact ? x == target : x >= target) {
+                *v = x;
+                dion__fence(DION_SCOPE_SYS);
+                return 1;
+            }
+            r[k] = dion__ld_relaxed(word, DION_SCOPE_SYS);
+        }
+    }
+    *v = r[DION__PROXY_STAGGER_LOADS - 1];
+    return 0;
+}
+#endif
+
 #define DION__PROXY_POLL_EXACT 1 /* wait for == target rather than >= */
 #define DION__PROXY_POLL_NAP   2 /* CPU mode: nap between polls rather than yield (waits for ring space) */
 
@@ -65,6 +109,12 @@ DION_HD dion_status_t dion__proxy_poll(const dion_proxy_ring_dev_t *r, const uin
         /* Producers waiting for space on few cores: yields from many of them would hand the consumer's core
          * around for nothing, naps let it drain. */
         dion__backoff((how & DION__PROXY_POLL_NAP) && polls >= 16 ? polls + 4096 : polls);
+#endif
+#if DION__GPU && DION_PROXY_POLL_STAGGER
+        if (!(how & DION__PROXY_POLL_NAP)) {
+            dion__proxy_poll_stagger(word, target, exact, &v);
+            continue;
+        }
 #endif
         v = dion__ld_acquire(word, DION_SCOPE_SYS);
     }

@@ -4,7 +4,8 @@
  *  ref:     the same round trip with a bare flag in host memory that a CPU thread echoes: the floor; and the
  *           post's parts added one at a time to that flag (ref_body_echo: the command's other stores in the
  *           flag's line first; ref_ticket_echo: a ticket atomic and a dependent load in GPU memory before,
- *           as the post did until 2026-12-01; ref_ticket_overlap_echo: the two issued back to back, as now).
+ *           as the post did until 2026-12-01; ref_ticket_overlap_echo: the two issued back to back, as now);
+ *           ref_stagger_echo: the bare flag with the echo polled by several reads in flight at once.
  *  msgrate: commands per second from 1, 8 and all SMs (one warp each, warp posting, one ring per block).
  *   proxy_ring_bench [--tests pickup,ref,msgrate] [--iters N] [--warmup N] [--csv FILE] [--label L]
  * DION_PROXY_THREADS picks the proxy threads for msgrate; DION_PROXY_SPIN defaults to 10s here so that the
@@ -23,6 +24,8 @@
 /* The impl column: proxy_ring_bench_serial (DION_PROXY_POST_SERIAL=1, the post before 2026-12-01) says so. */
 #if DION_PROXY_POST_SERIAL
 #define PRB_IMPL "dion-ring-serial"
+#elif DION_PROXY_POLL_STAGGER
+#define PRB_IMPL "dion-ring-stagger"
 #else
 #define PRB_IMPL "dion-ring"
 #endif
@@ -96,7 +99,8 @@ __global__ void ref_kernel(uint64_t *flag, uint64_t *echo, uint64_t base, int it
 
 /* The post's parts on top of the bare flag (mode 1: the body's stores into the flag's line before the
  * flag's release store; 2: and before them a ticket atomic and a dependent acquire load in GPU memory; 3:
- * the load and the atomic issued back to back). ticket points to two words of GPU memory. */
+ * the load and the atomic issued back to back; 4: the bare flag, its echo polled with staggered reads).
+ * ticket points to two words of GPU memory. */
 __global__ void ref_parts_kernel(uint64_t *flag, uint64_t *echo, uint64_t *ticket, int mode, uint64_t base,
                                  int iters, int warmup, unsigned long long *lat, unsigned *errs)
 {
@@ -110,15 +114,27 @@ __global__ void ref_parts_kernel(uint64_t *flag, uint64_t *echo, uint64_t *ticke
             t = dion__atom_add(&ticket[0], 1, DION_SCOPE_GPU);
         }
         if (t - cached > (1ull << 40)) errs[1]++; /* uses both values, as the slot test does */
-        flag[1] = v;
-        for (int k = 2; k < 8; k += 2) *(ulonglong2 *)&flag[k] = make_ulonglong2(v, t);
+        if (mode <= 3) {
+            flag[1] = v;
+            for (int k = 2; k < 8; k += 2) *(ulonglong2 *)&flag[k] = make_ulonglong2(v, t);
+        }
         dion__st_release(flag, v, DION_SCOPE_SYS);
-        uint64_t polls = 0;
-        while (dion__ld_acquire(echo, DION_SCOPE_SYS) != v)
-            if (++polls > (1ull << 32)) {
-                errs[0]++;
-                return;
-            }
+        uint64_t polls = 0, seen = 0;
+        if (mode == 4) { /* the bare flag, the echo polled with reads in flight (dion__proxy_poll_stagger) */
+#if DION__GPU
+            while (!dion__proxy_poll_stagger(echo, v, 1, &seen))
+                if (++polls > (1ull << 24)) {
+                    errs[0]++;
+                    return;
+                }
+#endif
+        } else {
+            while (dion__ld_acquire(echo, DION_SCOPE_SYS) != v)
+                if (++polls > (1ull << 32)) {
+                    errs[0]++;
+                    return;
+                }
+        }
         uint64_t t1 = bench_now_ns();
         if (i > warmup) lat[i - warmup - 1] = t1 - t0;
     }
@@ -237,11 +253,11 @@ int main(int argc, char **argv)
         }
         /* the post's parts, one echo thread per mode (the flag restarts from 0 in fresh memory) */
         static const char *const part_names[] = {"", "ref_body_echo", "ref_ticket_echo",
-                                                 "ref_ticket_overlap_echo"};
+                                                 "ref_ticket_overlap_echo", "ref_stagger_echo"};
         uint64_t *tick;
         BENCH_CHECK_CUDA(cudaMalloc(&tick, 16));
         BENCH_CHECK_CUDA(cudaMemset(tick, 0, 16));
-        for (int mode = 1; mode <= 3 && !rc; mode++) {
+        for (int mode = 1; mode <= 4 && !rc; mode++) {
             memset(words, 0, 128);
             echo_t pe = {words, words + 8, 0};
             pthread_create(&tid, NULL, echo_main, &pe);
