@@ -22,6 +22,50 @@ DION_HD uint64_t dion__proxy_nslots(const dion_proxy_ring_dev_t *r)
     return (uint64_t)r->mask + 1;
 }
 
+/* DION_PROXY_POLL_STAGGER=1 (a build variant for A/B runs, perf/proxy_ring_bench_stagger): completion waits
+ * poll with dion__proxy_poll_stagger instead of one acquire load at a time. */
+#ifndef DION_PROXY_POLL_STAGGER
+#define DION_PROXY_POLL_STAGGER 0
+#endif
+#define DION__PROXY_STAGGER_LOADS 4   /* loads of the word in flight at once */
+#define DION__PROXY_STAGGER_GAP   400 /* clock cycles between their issues (~0.2 us) */
+
+#if DION__GPU
+/* A read of pinned host memory takes a PCIe round trip (~1 us), so a thread that waits for each read before
+ * the next sees a store up to a round trip late. Here DION__PROXY_STAGGER_LOADS relaxed reads stay in flight,
+ * issued DION__PROXY_STAGGER_GAP cycles apart, and each is reissued as soon as it is checked: the word is
+ * observed every round trip / LOADS instead. Returns 1 with *v the value that met the target (then an
+ * acquire fence: what was released before it is visible), or 0 after a bounded number of rounds with *v the
+ * last value read, so that the caller looks at its clock and failure words. */
+DION_HD int dion__proxy_poll_stagger(const uint64_t *word, uint64_t target, int exact, uint64_t *v)
+{
+    uint64_t r[DION__PROXY_STAGGER_LOADS];
+#pragma unroll
+    for (int k = 0; k < DION__PROXY_STAGGER_LOADS; k++) {
+        r[k] = dion__ld_relaxed(word, DION_SCOPE_SYS);
+        if (k + 1 < DION__PROXY_STAGGER_LOADS) {
+            long long t0 = clock64();
+            while (clock64() - t0 < DION__PROXY_STAGGER_GAP) {
+            }
+        }
+    }
+    for (int round = 0; round < 32; round++) {
+#pragma unroll
+        for (int k = 0; k < DION__PROXY_STAGGER_LOADS; k++) {
+            uint64_t x = r[k]; /* waits for this read only: the others stay in flight */
+            if (exact ? x == target : x >= target) {
+                *v = x;
+                dion__fence(DION_SCOPE_SYS);
+                return 1;
+            }
+            r[k] = dion__ld_relaxed(word, DION_SCOPE_SYS);
+        }
+    }
+    *v = r[DION__PROXY_STAGGER_LOADS - 1];
+    return 0;
+}
+#endif
+
 #define DION__PROXY_POLL_EXACT 1 /* wait for == target rather than >= */
 #define DION__PROXY_POLL_NAP   2 /* CPU mode: nap between polls rather than yield (waits for ring space) */
 
@@ -66,6 +110,12 @@ DION_HD dion_status_t dion__proxy_poll(const dion_proxy_ring_dev_t *r, const uin
          * around for nothing, naps let it drain. */
         dion__backoff((how & DION__PROXY_POLL_NAP) && polls >= 16 ? polls + 4096 : polls);
 #endif
+#if DION__GPU && DION_PROXY_POLL_STAGGER
+        if (!(how & DION__PROXY_POLL_NAP)) {
+            dion__proxy_poll_stagger(word, target, exact, &v);
+            continue;
+        }
+#endif
         v = dion__ld_acquire(word, DION_SCOPE_SYS);
     }
     *observed = v;
@@ -85,15 +135,38 @@ DION_HD void dion__proxy_abandon(const dion_proxy_ring_dev_t *r, uint64_t t)
     }
 }
 
-/* Waits until ticket t's slot is free. The common case reads only the device-side cache of `consumed`. */
-DION_HD dion_status_t dion__proxy_wait_slot(const dion_proxy_ring_dev_t *r, uint64_t t, uint64_t timeout_ns,
-                                            uint64_t *observed)
+/* DION_PROXY_POST_SERIAL=1 (a build variant for A/B runs, perf/proxy_ring_bench_serial): the post reads the
+ * cached `consumed` with an acquire after taking its ticket, two dependent round trips to L2, as before. */
+#ifndef DION_PROXY_POST_SERIAL
+#define DION_PROXY_POST_SERIAL 0
+#endif
+
+/* A value of the producers' cache of `consumed`, read before the ticket is taken (dion__proxy_post): issued
+ * back to back, the load and the ticket atomic share one round trip to L2 instead of two. A value from
+ * before the ticket is only older (consumed grows), so the slot test stays conservative. Ordering: the slot
+ * stores that follow are issued only after the test on the loaded value (a branch on it; GPUs store
+ * nothing speculatively, and these stores cross PCIe), and the consumer advanced `consumed` only after its
+ * last read of the slot, so they cannot overtake that read. CPU mode keeps the acquire (free on x86). */
+DION_HD uint64_t dion__proxy_tail_peek(const dion_proxy_ring_dev_t *r)
+{
+#if DION__GPU && !DION_PROXY_POST_SERIAL
+    return dion__ld_relaxed(&r->prod->tail_cache, r->scope);
+#else
+    return dion__ld_acquire(&r->prod->tail_cache, r->scope);
+#endif
+}
+
+/* Waits until ticket t's slot is free, given `cached` (dion__proxy_tail_peek, before or after the ticket).
+ * The common case reads nothing more. */
+DION_HD dion_status_t dion__proxy_wait_slot_from(const dion_proxy_ring_dev_t *r, uint64_t t, uint64_t cached,
+                                                 uint64_t timeout_ns, uint64_t *observed)
 {
     uint64_t n = dion__proxy_nslots(r);
+    if (t - cached < n) return DION_SUCCESS; /* consumed never passes an unpublished ticket: cached <= t */
     /* acquire: pairs with the release below, so this thread's writes to the slot follow the consumer's reads
      * of the slot's previous command (which happened before it advanced consumed) */
-    uint64_t cached = dion__ld_acquire(&r->prod->tail_cache, r->scope);
-    if (t - cached < n) return DION_SUCCESS; /* consumed never passes an unpublished ticket: cached <= t */
+    cached = dion__ld_acquire(&r->prod->tail_cache, r->scope);
+    if (t - cached < n) return DION_SUCCESS;
     dion_status_t st =
         dion__proxy_poll(r, &r->ctl->consumed, t - n + 1, DION__PROXY_POLL_NAP, timeout_ns, observed);
     if (st == DION_SUCCESS && *observed > cached) dion__st_release(&r->prod->tail_cache, *observed, r->scope);
@@ -118,13 +191,14 @@ DION_HD void dion__proxy_fill(const dion_proxy_ring_dev_t *r, uint64_t t, const 
     dion__st_release(&s->seq, t + 1, DION_SCOPE_SYS);
 }
 
-/* Posts cmd at ticket t, which the caller reserved. On failure the ticket is abandoned (never a hole). */
-DION_HD dion_status_t dion__proxy_post_at(const dion_proxy_ring_dev_t *r, uint64_t t,
-                                          const dion_proxy_cmd_t *cmd, uint64_t timeout_ns,
-                                          uint64_t *observed)
+/* Posts cmd at ticket t, which the caller reserved, given a cached `consumed` (dion__proxy_tail_peek). On
+ * failure the ticket is abandoned (never a hole). */
+DION_HD dion_status_t dion__proxy_post_at_from(const dion_proxy_ring_dev_t *r, uint64_t t, uint64_t cached,
+                                               const dion_proxy_cmd_t *cmd, uint64_t timeout_ns,
+                                               uint64_t *observed)
 {
     uint64_t seen = 0;
-    dion_status_t st = dion__proxy_wait_slot(r, t, timeout_ns, &seen);
+    dion_status_t st = dion__proxy_wait_slot_from(r, t, cached, timeout_ns, &seen);
     if (observed) *observed = seen;
     if (st != DION_SUCCESS) {
         dion__proxy_abandon(r, t);
@@ -139,9 +213,15 @@ DION_HD dion_status_t dion__proxy_post_at(const dion_proxy_ring_dev_t *r, uint64
 DION_HD dion_status_t dion__proxy_post(const dion_proxy_ring_dev_t *r, const dion_proxy_cmd_t *cmd,
                                        uint64_t timeout_ns, uint64_t *ticket, uint64_t *observed)
 {
+#if DION_PROXY_POST_SERIAL
     uint64_t t = dion__atom_add(&r->prod->head, 1, r->scope);
+    uint64_t cached = dion__proxy_tail_peek(r);
+#else
+    uint64_t cached = dion__proxy_tail_peek(r); /* before the ticket: both in flight at once */
+    uint64_t t = dion__atom_add(&r->prod->head, 1, r->scope);
+#endif
     if (ticket) *ticket = t;
-    return dion__proxy_post_at(r, t, cmd, timeout_ns, observed);
+    return dion__proxy_post_at_from(r, t, cached, cmd, timeout_ns, observed);
 }
 
 /* Every active lane of a warp posts its own command, with one atomic for the warp: the lowest active lane
@@ -155,12 +235,21 @@ DION_HD dion_status_t dion__proxy_post_warp(const dion_proxy_ring_dev_t *r, cons
     unsigned lane;
     asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
     unsigned leader = (unsigned)__ffs(active) - 1;
-    unsigned long long base = 0;
-    if (lane == leader) base = dion__atom_add(&r->prod->head, (uint64_t)__popc(active), r->scope);
+    unsigned long long base = 0, cached = 0;
+    if (lane == leader) {
+#if DION_PROXY_POST_SERIAL
+        base = dion__atom_add(&r->prod->head, (uint64_t)__popc(active), r->scope);
+        cached = dion__proxy_tail_peek(r);
+#else
+        cached = dion__proxy_tail_peek(r); /* before the tickets: both in flight at once */
+        base = dion__atom_add(&r->prod->head, (uint64_t)__popc(active), r->scope);
+#endif
+    }
     base = __shfl_sync(active, base, leader);
+    cached = __shfl_sync(active, cached, leader);
     uint64_t t = base + (uint64_t)__popc(active & ((1u << lane) - 1u));
     if (ticket) *ticket = t;
-    return dion__proxy_post_at(r, t, cmd, timeout_ns, observed);
+    return dion__proxy_post_at_from(r, t, cached, cmd, timeout_ns, observed);
 #else
     return dion__proxy_post(r, cmd, timeout_ns, ticket, observed);
 #endif

@@ -1,7 +1,11 @@
 /* The proxy backend's command ring on one GPU, without a network: what the GPU-to-proxy hand-off costs.
  *  pickup:  one GPU thread posts an 8 B put command, the proxy thread takes it and completes it, the GPU sees
  *           the completion counter move; reported as the round trip and as half of it (the pickup latency).
- *  ref:     the same round trip with a bare flag in host memory that a CPU thread echoes: the floor.
+ *  ref:     the same round trip with a bare flag in host memory that a CPU thread echoes: the floor; and the
+ *           post's parts added one at a time to that flag (ref_body_echo: the command's other stores in the
+ *           flag's line first; ref_ticket_echo: a ticket atomic and a dependent load in GPU memory before,
+ *           as the post did until 2026-12-01; ref_ticket_overlap_echo: the two issued back to back, as now);
+ *           ref_stagger_echo: the bare flag with the echo polled by several reads in flight at once.
  *  msgrate: commands per second from 1, 8 and all SMs (one warp each, warp posting, one ring per block).
  *   proxy_ring_bench [--tests pickup,ref,msgrate] [--iters N] [--warmup N] [--csv FILE] [--label L]
  * DION_PROXY_THREADS picks the proxy threads for msgrate; DION_PROXY_SPIN defaults to 10s here so that the
@@ -16,6 +20,15 @@
 #include "transports/proxy/proxy.h"
 
 #define TIMEOUT_NS (10ull * 1000000000ull)
+
+/* The impl column: proxy_ring_bench_serial (DION_PROXY_POST_SERIAL=1, the post before 2026-12-01) says so. */
+#if DION_PROXY_POST_SERIAL
+#define PRB_IMPL "dion-ring-serial"
+#elif DION_PROXY_POLL_STAGGER
+#define PRB_IMPL "dion-ring-stagger"
+#else
+#define PRB_IMPL "dion-ring"
+#endif
 
 /* ---- the proxy side: every command completes as soon as it is taken ---- */
 
@@ -84,6 +97,49 @@ __global__ void ref_kernel(uint64_t *flag, uint64_t *echo, uint64_t base, int it
     }
 }
 
+/* The post's parts on top of the bare flag (mode 1: the body's stores into the flag's line before the
+ * flag's release store; 2: and before them a ticket atomic and a dependent acquire load in GPU memory; 3:
+ * the load and the atomic issued back to back; 4: the bare flag, its echo polled with staggered reads).
+ * ticket points to two words of GPU memory. */
+__global__ void ref_parts_kernel(uint64_t *flag, uint64_t *echo, uint64_t *ticket, int mode, uint64_t base,
+                                 int iters, int warmup, unsigned long long *lat, unsigned *errs)
+{
+    for (int i = 1; i <= warmup + iters; i++) {
+        uint64_t v = base + (uint64_t)i, t0 = bench_now_ns(), t = 0, cached = 0;
+        if (mode == 2) {
+            t = dion__atom_add(&ticket[0], 1, DION_SCOPE_GPU);
+            cached = dion__ld_acquire(&ticket[1], DION_SCOPE_GPU);
+        } else if (mode == 3) {
+            cached = dion__ld_relaxed(&ticket[1], DION_SCOPE_GPU);
+            t = dion__atom_add(&ticket[0], 1, DION_SCOPE_GPU);
+        }
+        if (t - cached > (1ull << 40)) errs[1]++; /* uses both values, as the slot test does */
+        if (mode <= 3) {
+            flag[1] = v;
+            for (int k = 2; k < 8; k += 2) *(ulonglong2 *)&flag[k] = make_ulonglong2(v, t);
+        }
+        dion__st_release(flag, v, DION_SCOPE_SYS);
+        uint64_t polls = 0, seen = 0;
+        if (mode == 4) { /* the bare flag, the echo polled with reads in flight (dion__proxy_poll_stagger) */
+#if DION__GPU
+            while (!dion__proxy_poll_stagger(echo, v, 1, &seen))
+                if (++polls > (1ull << 24)) {
+                    errs[0]++;
+                    return;
+                }
+#endif
+        } else {
+            while (dion__ld_acquire(echo, DION_SCOPE_SYS) != v)
+                if (++polls > (1ull << 32)) {
+                    errs[0]++;
+                    return;
+                }
+        }
+        uint64_t t1 = bench_now_ns();
+        if (i > warmup) lat[i - warmup - 1] = t1 - t0;
+    }
+}
+
 /* ---- msgrate: each block's warp posts into the block's ring, then one lane waits on quiet ---- */
 
 __global__ void msgrate_kernel(const dion_proxy_ring_dev_t *rings, int per_thread, unsigned *errs)
@@ -122,10 +178,10 @@ static void report_latency(const bench_opts_t *o, const char *test, std::vector<
 {
     std::sort(v.begin(), v.end());
     double mn = v[0] / 1000.0, p50 = v[v.size() / 2] / 1000.0, p99 = v[v.size() * 99 / 100] / 1000.0;
-    bench_row(o, "dion-ring", test, "thread", 8, "rtt_us_min", mn);
-    bench_row(o, "dion-ring", test, "thread", 8, "rtt_us_median", p50);
-    bench_row(o, "dion-ring", test, "thread", 8, "rtt_us_p99", p99);
-    bench_row(o, "dion-ring", test, "thread", 8, "oneway_us", p50 / 2);
+    bench_row(o, PRB_IMPL, test, "thread", 8, "rtt_us_min", mn);
+    bench_row(o, PRB_IMPL, test, "thread", 8, "rtt_us_median", p50);
+    bench_row(o, PRB_IMPL, test, "thread", 8, "rtt_us_p99", p99);
+    bench_row(o, PRB_IMPL, test, "thread", 8, "oneway_us", p50 / 2);
 }
 
 int main(int argc, char **argv)
@@ -195,6 +251,32 @@ int main(int argc, char **argv)
             std::vector<unsigned long long> v(lat, lat + o.iters);
             report_latency(&o, "ref_flag_echo", v);
         }
+        /* the post's parts, one echo thread per mode (the flag restarts from 0 in fresh memory) */
+        static const char *const part_names[] = {"", "ref_body_echo", "ref_ticket_echo",
+                                                 "ref_ticket_overlap_echo", "ref_stagger_echo"};
+        uint64_t *tick;
+        BENCH_CHECK_CUDA(cudaMalloc(&tick, 16));
+        BENCH_CHECK_CUDA(cudaMemset(tick, 0, 16));
+        for (int mode = 1; mode <= 4 && !rc; mode++) {
+            memset(words, 0, 128);
+            echo_t pe = {words, words + 8, 0};
+            pthread_create(&tid, NULL, echo_main, &pe);
+            errs[0] = errs[1] = 0;
+            ref_parts_kernel<<<1, 1>>>(dwords, dwords + 8, tick, mode, 0, o.iters, o.warmup, lat, errs);
+            BENCH_CHECK_CUDA(cudaGetLastError());
+            BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+            __atomic_store_n(&pe.stop, 1, __ATOMIC_RELEASE);
+            pthread_join(tid, NULL);
+            if (errs[0] || errs[1]) {
+                fprintf(stderr, "FAIL %s: the echo never came (%u) or a ticket ran wild (%u)\n",
+                        part_names[mode], errs[0], errs[1]);
+                rc = 1;
+            } else {
+                std::vector<unsigned long long> v(lat, lat + o.iters);
+                report_latency(&o, part_names[mode], v);
+            }
+        }
+        cudaFree(tick);
         cudaFreeHost(words);
     }
 

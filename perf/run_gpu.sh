@@ -189,6 +189,12 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
       --bw-min 1048576 --bw-max 268435456 --reps 3 --row-seconds 1)
   CUDA_VISIBLE_DEVICES=0 run proxy_ring_1gpu 30 $B/perf/proxy_ring_bench --tests pickup,ref --iters 5000 \
     --warmup 500 --csv "$PCSV" --label 1gpu-mps
+  # the post before 2026-12-01 (impl dion-ring-serial), and libfabric shm alone (CPU ping-pong, no GPU)
+  [ -x $B/perf/proxy_ring_bench_serial ] && CUDA_VISIBLE_DEVICES=0 run proxy_ring_serial_1gpu 30 \
+    $B/perf/proxy_ring_bench_serial --tests pickup,ref --iters 5000 --warmup 500 --csv "$PCSV" --label 1gpu-mps
+  [ -x $B/perf/proxy_ring_bench_stagger ] && CUDA_VISIBLE_DEVICES=0 run proxy_ring_stagger_1gpu 30 \
+    $B/perf/proxy_ring_bench_stagger --tests pickup,ref --iters 5000 --warmup 500 --csv "$PCSV" --label 1gpu-mps
+  [ -x $B/perf/ofi_shm_probe ] && run proxy_ofi_shm_probe 60 $B/perf/ofi_shm_probe 20000
   for where in 1gpu-mps 2gpu; do
     if [ $where = 1gpu-mps ]; then DR=($B/dionrun -n 2 --mps --timeout 40); VIS=0
     else [ "$NGPU" -ge 2 ] || continue; DR=($B/dionrun -n 2 --timeout 40); VIS=0,1; fi
@@ -201,11 +207,17 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
       rc=$? # GPU windows that failed (not hung): once more with host windows (impl ...-hostwin)
       # shm: host windows too, always (the 4 µs put_signal target is for them; GPU windows are staged there)
       if [ $W = auto ] && { [ $prov = shm ] || { [ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 77 ]; }; }; then
-        CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=$prov DION_PROXY_SPIN=10s run proxy_${prov}_host_$where 45 \
+        CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=$prov DION_PROXY_SPIN=10s DION_LOG=info \
+          run proxy_${prov}_host_$where 45 \
           "${DR[@]}" $B/perf/dion-perf --transport proxy "${PT[@]}" --iters 300 --windows host --csv "$PCSV" \
           --label $where
       fi
     done
+    # signals as plain atomics confirmed by a later fetch (DION_OFI_SIGNAL=plain) against the default fetching ones
+    CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=shm DION_PROXY_SPIN=10s DION_OFI_SIGNAL=plain DION_LOG=info \
+      run proxy_shm_plainsig_$where 45 "${DR[@]}" $B/perf/dion-perf --transport proxy \
+      --tests signal,put_signal,put_quiet,fetch_add,msgrate --sizes 8,4096 --reps 3 --row-seconds 1 --iters 300 \
+      --windows host --impl dion-proxy-shm-hostwin-plainsig --csv "$PCSV" --label $where
     # the default idle back-off (spin 50 us, then naps): a rank that only receives (put_bw, msgrate) must keep
     # up without DION_PROXY_SPIN=10s now that served peers' operations keep its proxy awake (impl ...-spin50us)
     CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=shm run proxy_shm_spin_$where 45 "${DR[@]}" $B/perf/dion-perf \
@@ -213,7 +225,8 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
       --reps 3 --row-seconds 1 --iters 300 --windows host --impl dion-proxy-shm-hostwin-spin50us --csv "$PCSV" \
       --label $where
   done
-  grep -hE "^# impl|^# (ok|FAIL)|^proxy_pickup|^put_signal_pingpong +thread +8 |^put8_msgrate" "$OUT"/proxy_*.log \
+  grep -hE "^# impl|^# (ok|FAIL)|^proxy_pickup|^put_signal_pingpong +thread +8 |^put8_msgrate|^(one|pingpong) |ofi: times" \
+    "$OUT"/proxy_*.log \
     | tee -a "$OUT/steps.log"
   python3 perf/check_csv.py "$PCSV" put_signal_pingpong,put_quiet,proxy_pickup,put_bw,put8_msgrate_allsm \
     | tee -a "$OUT/steps.log"

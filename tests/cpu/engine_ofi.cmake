@@ -21,6 +21,10 @@ foreach(prov tcp shm)
               ENV "DION_OFI_ORDER=${order};DION_OFI_OP_TIMEOUT=${DION_OFI_OPTO_${prov}}")
   endforeach()
 endforeach()
+# shm with signals as plain atomics, confirmed like writes by a later fetch (DION_OFI_SIGNAL=plain): phase F
+# checks every add and set is applied when it completes, D that signals stay behind their data.
+dion_test(NAME engine_ofi_shm_3_plainsig COMMAND test_engine_ofi shm 3 LABELS "host;cpu" TIMEOUT 200
+          ENV "DION_OFI_SIGNAL=plain;DION_OFI_OP_TIMEOUT=${DION_OFI_OPTO_shm}")
 dion_test(NAME engine_ofi_auto_2 COMMAND test_engine_ofi auto 2 LABELS "host;cpu" TIMEOUT 200
           ENV "DION_OFI_OP_TIMEOUT=20s")
 dion_test(NAME engine_ofi_staging COMMAND test_engine_ofi stage LABELS "host;cpu" TIMEOUT 120

@@ -85,7 +85,7 @@ static rec_t *g_rec;
 static char g_err_why[8][320];
 static uint64_t g_err_cookie[8];
 static int g_nerr, g_err_allowed;
-static uint64_t g_served; /* polls after which the engine said it served peers' operations */
+static uint64_t g_served;  /* polls after which the engine said it served peers' operations */
 static uint8_t *g_dshared; /* F: n * DSLICE bytes mapped shared before the ranks are forked */
 
 static double now_s(void)
@@ -398,7 +398,8 @@ static void rank_main(int rank, int n, const dion_unique_id_t *id)
     pthread_mutex_unlock(&g_lock);
     if (!served && strstr(caps.provider, "shm"))
         FAIL("A: the engine never reported the peers' puts it served (served slot)");
-    if (rank == 0) printf("A served: peers' operations reported after %llu polls\n", (unsigned long long)served);
+    if (rank == 0)
+        printf("A served: peers' operations reported after %llu polls\n", (unsigned long long)served);
 
     /* B: gets of random ranges of my slice at every target, compared with the plan */
     uint64_t gst = 0x1234567ull + (uint64_t)rank;
@@ -693,9 +694,34 @@ static void rank_main(int rank, int n, const dion_unique_id_t *id)
                          "expected %u",
                          k, len, t, i, at[i], pat(seed, i));
         }
+        /* and atomic adds and sets (signals): applied at the target when they complete, ordered or not
+         * (DION_OFI_SIGNAL=plain holds a plain atomic's completion until a later fetch came back) */
+        for (int k = 0; k < NDELIV; k++) {
+            size_t w = rng_next(&fs) % (DSLICE / 8);
+            uint64_t *at = (uint64_t *)(g_dshared + (size_t)t * DSLICE) + w;
+            uint64_t before = __atomic_load_n(at, __ATOMIC_ACQUIRE), v = rng_next(&fs);
+            dion__engine_amo_t amo = k % 2 ? DION__ENGINE_AMO_ADD : DION__ENGINE_AMO_SET;
+            post_t p = {.kind = 2,
+                        .peer = t,
+                        .rk = &dkeys[t],
+                        .roff = w * 8,
+                        .amo = amo,
+                        .operand = v,
+                        .flags = k % 3 == 0 ? DION__ENGINE_F_ORDERED : 0};
+            wait_op(post_op(&p), 1);
+            uint64_t want = amo == DION__ENGINE_AMO_ADD ? before + v : v,
+                     got = __atomic_load_n(at, __ATOMIC_ACQUIRE);
+            if (got != want)
+                FAIL("F: atomic %s %d to rank %d word %zu completed before it was applied: %#llx, expected "
+                     "%#llx (order %s)",
+                     amo == DION__ENGINE_AMO_ADD ? "add" : "set", k, t, w, (unsigned long long)got,
+                     (unsigned long long)want, caps.order);
+        }
         wait_idle();
         CHECK_OK(dion_comm_barrier(comm));
-        if (rank == 0) printf("F delivery: %d puts, each one's data in place at its completion\n", NDELIV);
+        if (rank == 0)
+            printf("F delivery: %d puts and %d atomic adds and sets, each one in place at its completion\n",
+                   NDELIV, NDELIV);
     }
 
     g_err_allowed = 2;

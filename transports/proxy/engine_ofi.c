@@ -274,6 +274,12 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
             return DION_ERR_INVALID_ARG;
         }
     }
+    const char *sv = dion__cfg_env("DION_OFI_SIGNAL");
+    int plain_env = sv && !strcmp(sv, "plain");
+    if (sv && !plain_env && strcmp(sv, "auto") && strcmp(sv, "fetch")) {
+        snprintf(why, cap, "DION_OFI_SIGNAL='%s' is not one of auto, fetch, plain", sv);
+        return DION_ERR_INVALID_ARG;
+    }
     uint64_t op_timeout = 0;
     if (dion__cfg_duration_ns("DION_OFI_OP_TIMEOUT", &op_timeout) != DION_SUCCESS) {
         snprintf(why, cap, "%s", dion_last_error());
@@ -358,6 +364,10 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
     else if (e->fetch_updates && (fi_fetch_atomicvalid(e->ep, FI_UINT64, FI_ATOMIC_WRITE, &cnt) || !cnt))
         e->fetch_updates = 0;                       /* keep plain add and set */
     if (missing || !e->fetch_updates) e->flush = 0; /* flushes are fetch-adds; shm's signals must fetch */
+    /* Signals (add, set) as plain atomics, confirmed like writes by a later fetch: shm applies a plain one
+     * from its command (no inject buffer to read first, no answer to write back) and completes it at once;
+     * the engine holds that completion until the flush (docs/backends/proxy.md). */
+    e->plain_sig = e->flush && plain_env;
     /* Whether every completion (atomics included) means the result is in the target's memory. */
     e->delivered = e->fetch_updates || (e->delivery && strcmp(dion__ofi_prov_name(i), "shm") != 0);
     if (missing) {
@@ -408,7 +418,10 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         "GPU memory %s, %u slots",
         dion__ofi_prov_name(i), i->domain_attr->name ? i->domain_attr->name : "?", FI_MAJOR(lib),
         FI_MINOR(lib), fi->path, order_names[e->order], (unsigned long long)e->msg_order,
-        e->delivered ? "delivery" : "transmit", e->flush ? " (writes confirmed by a later fetch)" : "",
+        e->delivered ? "delivery" : "transmit",
+        e->plain_sig ? " (writes and plain signals confirmed by a later fetch)"
+        : e->flush   ? " (writes confirmed by a later fetch)"
+                     : "",
         (unsigned long long)e->mr_mode, e->cuda_mem ? "registered (FI_HMEM)" : "staged", nops);
     *out = e;
     return DION_SUCCESS;
@@ -438,6 +451,13 @@ static void ofi_close(dion__engine_t *e)
                  (unsigned long long)e->n_keychecks, (unsigned long long)e->n_cq_reads,
                  (unsigned long long)e->n_cq_empty, (unsigned long long)e->n_cqes,
                  (unsigned long long)e->n_waits);
+    if (e->ep && e->h_gap.count)
+        DION_LOG(DION_LOG_INFO,
+                 "ofi: times; gap between polls p50 %.1f us p90 %.1f us (%llu); fetching operations posted "
+                 "to completed (to the peer's progress and back) p50 %.1f us p90 %.1f us (%llu)",
+                 ofi_hist_q(&e->h_gap, 0.5), ofi_hist_q(&e->h_gap, 0.9), (unsigned long long)e->h_gap.count,
+                 ofi_hist_q(&e->h_fetch, 0.5), ofi_hist_q(&e->h_fetch, 0.9),
+                 (unsigned long long)e->h_fetch.count);
     /* bound objects before what they are bound to: MRs (FI_MR_ENDPOINT) before the endpoint, the endpoint
      * before its queues and address vector */
     if (e->ops_mr.mr) fi_close(&e->ops_mr.mr->fid);

@@ -25,6 +25,30 @@ enum { OP_FREE, OP_QUEUED, OP_INFLIGHT, OP_ABANDONED, OP_SENT, OP_READY };
 enum { OP_PUT, OP_GET, OP_AMO };
 enum { CLS_WRITE = 1, CLS_READ = 2 };
 
+/* A latency histogram for the closing log line: 100 ns buckets up to 25.6 us, the last one open. */
+#define OFI_HIST_NS      100u
+#define OFI_HIST_BUCKETS 256u
+typedef struct {
+    uint32_t n[OFI_HIST_BUCKETS];
+    uint64_t count;
+} ofi_hist_t;
+
+static inline void ofi_hist_add(ofi_hist_t *h, uint64_t ns)
+{
+    uint64_t b = ns / OFI_HIST_NS;
+    h->n[b < OFI_HIST_BUCKETS ? b : OFI_HIST_BUCKETS - 1]++;
+    h->count++;
+}
+
+/* The upper edge, in us, of the bucket that holds quantile q (0 when empty). */
+static inline double ofi_hist_q(const ofi_hist_t *h, double q)
+{
+    uint64_t want = (uint64_t)(q * (double)h->count), seen = 0;
+    for (uint32_t b = 0; b < OFI_HIST_BUCKETS && h->count; b++)
+        if ((seen += h->n[b]) > want) return (double)((b + 1) * OFI_HIST_NS) / 1000.0;
+    return 0;
+}
+
 typedef struct {
     struct fi_context2 ctx; /* first: completions give back its address */
     uint64_t operand, compare, result;
@@ -39,7 +63,8 @@ typedef struct {
     dion_status_t status; /* READY: the completion's status */
     uint32_t next;        /* free list, the peer's queue or its list of SENT writes */
     uint8_t state, kind, amo, cls, ordered;
-    uint8_t flushed;  /* a write posted without FI_DELIVERY_COMPLETE: a later fetch confirms it */
+    uint8_t flushed;  /* a write (or a plain add or set) posted without FI_DELIVERY_COMPLETE: a later fetch
+                         confirms it */
     uint8_t internal; /* the engine's own flush or key check: no completion for the caller */
     uint32_t vk;      /* flushed write: its (peer, key) entry (vkey_t) while the key is unchecked for klen
                          bytes, else OFI_NONE; key check (internal): the entry it checks */
@@ -97,12 +122,17 @@ struct dion__engine {
     int cuda_mem;
     int delivery;      /* FI_DELIVERY_COMPLETE granted */
     int fetch_updates; /* post add and set as fetching atomics, for their completion semantics (shm) */
-    int delivered;     /* every completion means the target's memory holds the result */
+    int plain_sig; /* flush mode, DION_OFI_SIGNAL=plain: add and set go as plain atomics, held like writes */
+    int delivered; /* every completion means the target's memory holds the result */
     uint64_t op_timeout_ns, next_scan_ns;
     uint64_t
         busy_posts; /* posts the provider refused for lack of resources (-FI_EAGAIN), retried from poll */
     /* counts for the closing log line: what one command costs (docs/backends/proxy.md, Performance) */
     uint64_t n_posts, n_held, n_cq_reads, n_cq_empty, n_cqes;
+    /* and times: the gap between polls (a proxy thread's pass while it spins) and a fetching operation's
+     * post to its completion (the way to the peer's progress and back: signals, flushes, fetch-adds) */
+    ofi_hist_t h_gap, h_fetch;
+    uint64_t last_poll_ns;
     int broken;
     uint64_t mr_mode;
     uint64_t msg_order;

@@ -52,7 +52,7 @@ static int may_post(const dion__engine_t *e, const peer_t *p, const op_t *o)
 static int covers(const dion__engine_t *e, const op_t *o)
 {
     return o->kind == OP_GET ||
-           (o->kind == OP_AMO && (e->fetch_updates || o->amo >= DION__ENGINE_AMO_FETCH_ADD));
+           (o->kind == OP_AMO && !o->flushed && (e->fetch_updates || o->amo >= DION__ENGINE_AMO_FETCH_ADD));
 }
 
 /* Hands one operation to libfabric: 0, -FI_EAGAIN (try again after progress) or another error. */
@@ -95,7 +95,10 @@ static ssize_t submit(dion__engine_t *e, op_t *o)
         case DION__ENGINE_AMO_ADD:
         case DION__ENGINE_AMO_SET:
             m.op = o->amo == DION__ENGINE_AMO_ADD ? FI_SUM : FI_ATOMIC_WRITE;
-            if (e->fetch_updates) /* fetching atomics complete only once applied at the target */
+            o->flushed = e->plain_sig && p->fvalid; /* completes when queued: a later fetch confirms it */
+            if (o->flushed)
+                rc = fi_atomicmsg(e->ep, &m, flags);
+            else if (e->fetch_updates) /* fetching atomics complete only once applied at the target */
                 rc = fi_fetch_atomicmsg(e->ep, &m, &res, &desc, 1, flags);
             else
                 rc = fi_atomicmsg(e->ep, &m, flags | (e->delivery ? FI_DELIVERY_COMPLETE : 0));
@@ -460,9 +463,10 @@ static op_t *prepare(dion__engine_t *e, int peer, const dion__engine_rkey_t *rk,
     return o;
 }
 
-/* Flush mode: a write whose key is not known to be accepted by its peer for the size it was given with. The
- * first such write is followed by a check, a 1-byte read of the region's last byte with the key; the write
- * (and any other with that key meanwhile) counts as delivered only once the check came back. */
+/* Flush mode: a write (or a plain add or set) whose key is not known to be accepted by its peer for the size
+ * it was given with. The first such write is followed by a check, a 1-byte read of the region's last byte
+ * with the key; the write (and any other with that key meanwhile) counts as delivered only once the check
+ * came back. */
 static dion_status_t put_checked(dion__engine_t *e, op_t *o, const dion__engine_rkey_t *rk)
 {
     uint32_t idx = vk_entry(e, o->peer, rk->key);
@@ -477,10 +481,10 @@ static dion_status_t put_checked(dion__engine_t *e, op_t *o, const dion__engine_
         op_free(e, o);
         return dion__error_set(
             DION_ERR_REMOTE_ACCESS,
-            "ofi put of %zu bytes to rank %d at offset %llu: rank %d did not confirm remote "
+            "ofi %s of %zu bytes to rank %d at offset %llu: rank %d did not confirm remote "
             "key %#llx for a %llu-byte region earlier (%s); shm drops refused accesses at "
             "the target, so writes with that key are refused here",
-            o->bytes, o->peer, (unsigned long long)o->roff, o->peer, (unsigned long long)rk->key,
+            op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, o->peer, (unsigned long long)rk->key,
             (unsigned long long)rk->len, dion_status_string(k->status));
     }
     o->vk = idx;
@@ -576,6 +580,8 @@ dion_status_t dion__ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t o
     o->compare = compare;
     o->result = 0;
     o->cookie = cookie;
+    /* plain add and set (flush mode): shm drops one it refuses without a word, as it does writes */
+    if (e->plain_sig && o->cls == CLS_WRITE && e->peers[peer].fvalid && rk->len) return put_checked(e, o, rk);
     return post(e, o);
 }
 
@@ -632,9 +638,8 @@ static void uncount(dion__engine_t *e, op_t *o)
 
 /* Operations the provider never completed (libfabric 1.17's shm drops the answer to a refused access) are
  * reported as timed out, so that nothing waits forever; their slots stay taken until a late completion. */
-static void expire(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
+static void expire(dion__engine_t *e, uint64_t now, dion__engine_cqe_t *out, int max, int *n)
 {
-    uint64_t now = dion__now_ns();
     if (!e->op_timeout_ns || now < e->next_scan_ns || !e->inflight_total) return;
     e->next_scan_ns = now + 100000000ull; /* every 100 ms at most */
     for (uint32_t k = 0; k < e->nops && *n < max; k++) {
@@ -679,6 +684,9 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
         return -1;
     }
     int n = 0;
+    uint64_t now = dion__now_ns(); /* one clock read per poll: timeouts, and the times of the closing line */
+    if (e->last_poll_ns) ofi_hist_add(&e->h_gap, now - e->last_poll_ns);
+    e->last_poll_ns = now;
     ready_emit(e, out, max, &n);
     while (n < max) {
         struct fi_cq_entry ent[16];
@@ -754,7 +762,10 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
             }
             if (o->internal && o->vk != OFI_NONE && o->klen > e->vks[o->vk].ok_len)
                 e->vks[o->vk].ok_len = o->klen; /* a key check came back: before settle releases writes */
-            if (covers(e, o)) settle(e, p, o->seq, DION_SUCCESS);
+            if (covers(e, o)) {
+                settle(e, p, o->seq, DION_SUCCESS);
+                if (o->kind == OP_AMO) ofi_hist_add(&e->h_fetch, now - o->posted_ns);
+            }
             if (o->internal) {
                 internal_done(e, o, DION_SUCCESS);
                 retire(e, o);
@@ -773,7 +784,7 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
         }
         if (got < want) break;
     }
-    expire(e, out, max, &n);
+    expire(e, now, out, max, &n);
     if (e->queued_peers) drain(e, out, max, &n);
     if (e->nwant) flush_wanted(e);
     ready_emit(e, out, max, &n);
