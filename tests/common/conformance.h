@@ -1122,9 +1122,10 @@ static void dt_test_packets(dion_win_t win, char *base)
             uint64_t r = dt_range(&rng, 0, 3);
             hdesc[3 * k] = r == 0   ? dt_range(&rng, 1, 16)
                            : r == 1 ? dt_range(&rng, 17, 256)
-                                    : dt_range(&rng, 1, DT_PK_MAX);
+                           : r == 2 ? dt_range(&rng, 1, DT_PK_MAX)
+                                    : 8; /* one whole unit: a thread's fast case when aligned */
             hdesc[3 * k + 1] = DION_PACKET_UNIT * dt_range(&rng, 0, 15);
-            hdesc[3 * k + 2] = dt_range(&rng, 0, 7);
+            hdesc[3 * k + 2] = dt_range(&rng, 0, 7) & (r == 3 ? 4 : 7); /* 8-byte aligned or not */
         }
         dt_put(desc, hdesc, sizeof hdesc);
         uint32_t s = seq;
@@ -1176,7 +1177,8 @@ static void dt_test_packets(dion_win_t win, char *base)
     dt_free(result);
 }
 
-/* A packet that never comes: the wait (thread and block) times out with one record naming the sequence. */
+/* A packet that never comes: the wait (thread, block, a thread's one whole unit) times out with one record
+ * naming the sequence. */
 typedef struct {
     dion_dev_t dev;
     dion_dwin_t win;
@@ -1188,22 +1190,22 @@ DT_KERNEL(dt_pk_timeout_kernel, dt_pk_to_args_t)
 {
     dion_ctx_t c = dion_ctx(a->dev, 0);
     uint32_t t = dion__block_thread();
-    uint8_t got[64];
-    dion_status_t st =
-        a->group ? dion_wait_packet_block(c, a->win, DT_PK_REGION, got, 64, 4242)
-                 : (t == 0 ? dion_wait_packet(c, a->win, DT_PK_REGION, got, 64, 4242) : DION_ERR_TIMEOUT);
+    uint64_t got[8]; /* group 2: a thread's one whole unit to an aligned destination (its fast case) */
+    dion_status_t st = a->group == 1 ? dion_wait_packet_block(c, a->win, DT_PK_REGION, got, 64, 4242)
+                       : t == 0 ? dion_wait_packet(c, a->win, DT_PK_REGION, got, a->group == 2 ? 8 : 64, 4242)
+                                : DION_ERR_TIMEOUT;
     if (st == DION_ERR_TIMEOUT) dion__counter_add(&a->result[0], 1);
 }
 
 static void dt_test_packet_timeout(dion_win_t win)
 {
-    for (int group = 0; group < 2; group++) {
+    for (int group = 0; group < 3; group++) {
         dion_dev_t dev;
         dion_dev_attr_t attr = {64, 1, 200000000ull, 0}; /* 200 ms */
         DT_OK(dion_dev_create(dt_comm, &attr, &dev));
         uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
         dt_pk_to_args_t a = {dev, dion_win_device(win), group, result};
-        unsigned threads = group ? DT_BLOCK : 1;
+        unsigned threads = group == 1 ? DT_BLOCK : 1;
         double t0 = dt_now();
         if (DT_LAUNCH(dt_pk_timeout_kernel, 1, threads, &a)) DT_FAIL("launch failed");
         double dt = dt_now() - t0;
@@ -1215,7 +1217,7 @@ static void dt_test_packet_timeout(dion_win_t win)
         if (st != DION_ERR_TIMEOUT || !strstr(dion_last_error(), "wait_packet") ||
             !strstr(dion_last_error(), "sequence 4242"))
             DT_FAIL("dion_dev_check: %s: %s", dion_status_string(st), dion_last_error());
-        else if (dt_rank == 0 && group)
+        else if (dt_rank == 0 && group == 1)
             printf("  packet timeout: %s\n", dion_last_error());
         dt_free(result);
         DT_OK(dion_comm_barrier(dt_comm));
