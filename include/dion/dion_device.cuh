@@ -315,76 +315,127 @@ DION_HD dion__gdaki_wr_t dion__gdaki_wr_signal(const dion_ctx_t *c, int peer, ui
     return w;
 }
 
-/* put, put_signal and get by the group's leader, after the group's stores: one WRITE (inline when small) or
- * READ per GiB, then the signal in the same post as the last piece. A get waits for its READ's completion
- * (the data is in dst when get returns, as on p2p).
+/* The out-of-line paths below take the QP, the abort word and the timeout, never the context: handing a
+ * context (or its address) to a call that is not inlined makes the compiler copy the whole handle onto the
+ * stack of every kernel (1.3-1.9 KB, and 150-220 registers for the copy loops). The inline callers read what
+ * the paths need from the context and keep error records, statistics and trace events. */
+
+/* One RMA as the leader posts it: remote and local addresses of byte 0, the inline source (puts), the keys,
+ * and the signal to append to the last piece. */
+typedef struct {
+    uint64_t raddr, laddr, bytes;
+    const uint8_t *inl;
+    uint32_t rkey, lkey;
+    int is_get, counted, with_sig;
+    dion__gdaki_wr_t sig;
+} dion__gdaki_rma_t;
+
+/* Posts the RMA: one WRITE (inline when small) or READ per GiB, the signal in the same post as the last
+ * piece; a get waits for its READ's completion, a counted DMA put for its last WQE's. */
+DION__GDAKI_PATH dion_status_t dion__gdaki_rma_run(const dion_gdaki_qp_dev_t *q, const dion__gdaki_rma_t *r,
+                                                   const uint64_t *abort_word, uint64_t timeout_ns,
+                                                   uint64_t *seen)
+{
+    dion_status_t st = DION_SUCCESS;
+    uint64_t at = 0, done = 0;
+    int dma = 0;
+    do {
+        uint64_t n = r->bytes - done > DION__GDAKI_MAX_MSG ? DION__GDAKI_MAX_MSG : r->bytes - done;
+        dion__gdaki_wr_t w[2];
+        uint32_t nw = 0;
+        memset(w, 0, sizeof w);
+        if (n) {
+            w[0].len = (uint32_t)n;
+            w[0].raddr = r->raddr + done;
+            w[0].rkey = r->rkey;
+            if (!r->is_get && n <= DION__GDAKI_INLINE_MAX && n <= q->max_inline) {
+                w[0].kind = DION__GDAKI_WR_WRITE_INLINE;
+                w[0].inl = r->inl + done;
+            } else {
+                w[0].kind = r->is_get ? DION__GDAKI_WR_READ : DION__GDAKI_WR_WRITE;
+                w[0].laddr = r->laddr + done;
+                w[0].lkey = r->lkey;
+                dma = 1;
+            }
+            w[0].cqe = (uint32_t)r->is_get;
+            nw = 1;
+        }
+        done += n;
+        if (r->with_sig && done == r->bytes) w[nw++] = r->sig;
+        if (r->counted && dma && done == r->bytes) w[nw - 1].cqe = 1; /* the counted put's last WQE reports */
+        if (nw) st = dion__gdaki_post(q, w, nw, abort_word, timeout_ns, &at);
+    } while (st == DION_SUCCESS && done < r->bytes);
+    if (st == DION_SUCCESS && ((r->is_get && r->bytes) || (r->counted && dma)))
+        st = dion__gdaki_wait_cons(q, at + 1, abort_word, timeout_ns, seen);
+    return st;
+}
+
+/* put, put_signal and get by the group's leader, after the group's stores (dion__gdaki_rma_run).
  * A counted put (counter != DION__NO_COUNTER) adds 1 to the context's counter word (the one p2p uses,
  * device/counter.cuh) once the NIC no longer reads the source: at once when every piece was inline (copied
  * into the WQE at post), else after the CQE of its last WQE, which the leader asks for and waits for (CQEs of
  * one QP come in order, so the earlier pieces are read too). The wait makes a counted DMA put blocking on
  * gdaki; it counts neither early nor twice, and in call order. A failed put counts nothing; its QP's error
  * ends dion_counter_wait (dion__lcount_wait). */
-DION__GDAKI_PATH void dion__gdaki_rma_group(dion_ctx_t c, dion__group_t g, int is_get, dion_op_t op, int peer,
-                                            dion_dwin_t dst, size_t dst_off, dion_dwin_t src, size_t src_off,
-                                            size_t bytes, int with_sig, uint32_t sig, dion_sig_op_t sop,
-                                            uint64_t value, uint32_t counter, uint64_t t0)
+DION_HD void dion__gdaki_rma_group(const dion_ctx_t *c, dion__group_t g, int is_get, dion_op_t op, int peer,
+                                   dion_dwin_t dst, size_t dst_off, dion_dwin_t src, size_t src_off,
+                                   size_t bytes, int with_sig, uint32_t sig, dion_sig_op_t sop,
+                                   uint64_t value, uint32_t counter, uint64_t t0)
 {
     dion__group_sync(g);
     if (dion__group_rank(g) != 0) return;
-    const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(&c, peer);
-    int me = c.dev.rank;
+    const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(c, peer);
+    int me = c->dev.rank;
     dion_dwin_t rwin = is_get ? src : dst, lwin = is_get ? dst : src;
-    uint64_t roff = is_get ? src_off : dst_off, loff = is_get ? dst_off : src_off;
-    const dion_gdaki_key_t *rk = bytes ? dion__gdaki_key(&c, rwin, peer, op, peer) : NULL;
-    const dion_gdaki_key_t *lk = bytes && rk ? dion__gdaki_key(&c, lwin, me, op, peer) : NULL;
-    dion_status_t st = DION_SUCCESS;
-    uint64_t at = 0, seen = 0, done = 0;
-    int counted = !is_get && counter != DION__NO_COUNTER, dma = 0;
+    const dion_gdaki_key_t *rk = bytes ? dion__gdaki_key(c, rwin, peer, op, peer) : NULL;
+    const dion_gdaki_key_t *lk = bytes && rk ? dion__gdaki_key(c, lwin, me, op, peer) : NULL;
     if (bytes && !lk) return;
-    do {
-        uint64_t n = bytes - done > DION__GDAKI_MAX_MSG ? DION__GDAKI_MAX_MSG : bytes - done;
-        dion__gdaki_wr_t w[2];
-        uint32_t nw = 0;
-        memset(w, 0, sizeof w);
-        if (n) {
-            w[0].len = (uint32_t)n;
-            w[0].raddr = rk->addr + roff + done;
-            w[0].rkey = rk->key;
-            if (!is_get && n <= DION__GDAKI_INLINE_MAX && n <= q->max_inline) {
-                w[0].kind = DION__GDAKI_WR_WRITE_INLINE;
-                w[0].inl = dion__win_base(&c.dev, src, me) + src_off + done;
-            } else {
-                w[0].kind = is_get ? DION__GDAKI_WR_READ : DION__GDAKI_WR_WRITE;
-                w[0].laddr = lk->addr + loff + done;
-                w[0].lkey = lk->key;
-                dma = 1;
-            }
-            w[0].cqe = (uint32_t)is_get;
-            nw = 1;
-        }
-        done += n;
-        if (with_sig && done == bytes) w[nw++] = dion__gdaki_wr_signal(&c, peer, sig, (uint32_t)sop, value);
-        if (counted && dma && done == bytes) w[nw - 1].cqe = 1; /* the counted put's last WQE reports */
-        if (nw) st = dion__gdaki_post(q, w, nw, dion__gdaki_abort_word(&c), c.dev.wait_timeout_ns, &at);
-    } while (st == DION_SUCCESS && done < bytes);
-    if (st == DION_SUCCESS && ((is_get && bytes) || (counted && dma)))
-        st = dion__gdaki_wait_cons(q, at + 1, dion__gdaki_abort_word(&c), c.dev.wait_timeout_ns, &seen);
-    if (st == DION_SUCCESS && counted) dion__lcount_add(&c, counter);
-    dion__gdaki_error(&c, q, st, op, peer, seen);
-    if (is_get) {
-        DION__STAT(&c, gets, 1);
-        DION__STAT(&c, get_bytes, bytes);
-    } else {
-        DION__STAT(&c, puts, 1);
-        DION__STAT(&c, put_bytes, bytes);
-        if (with_sig) DION__STAT(&c, signals, 1);
+    dion__gdaki_rma_t r;
+    memset(&r, 0, sizeof r);
+    r.bytes = bytes;
+    r.is_get = is_get;
+    r.counted = !is_get && counter != DION__NO_COUNTER;
+    if (bytes) {
+        r.raddr = rk->addr + (is_get ? src_off : dst_off);
+        r.rkey = rk->key;
+        r.laddr = lk->addr + (is_get ? dst_off : src_off);
+        r.lkey = lk->key;
+        if (!is_get) r.inl = (const uint8_t *)dion__win_base(&c->dev, src, me) + src_off;
     }
-    DION__TRACE(&c, t0, op, peer, sig, bytes, value, 0, (uint32_t)sop, st);
+    r.with_sig = with_sig;
+    if (with_sig) r.sig = dion__gdaki_wr_signal(c, peer, sig, (uint32_t)sop, value);
+    uint64_t seen = 0;
+    dion_status_t st = dion__gdaki_rma_run(q, &r, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &seen);
+    if (st == DION_SUCCESS && r.counted) dion__lcount_add(c, counter);
+    dion__gdaki_error(c, q, st, op, peer, seen);
+    if (is_get) {
+        DION__STAT(c, gets, 1);
+        DION__STAT(c, get_bytes, bytes);
+    } else {
+        DION__STAT(c, puts, 1);
+        DION__STAT(c, put_bytes, bytes);
+        if (with_sig) DION__STAT(c, signals, 1);
+    }
+    DION__TRACE(c, t0, op, peer, sig, bytes, value, 0, (uint32_t)sop, st);
 }
 
-/* fetch-add and compare-swap: one signaled atomic, waited for; the old value from the QP's scratch word. */
-DION__GDAKI_PATH uint64_t dion__gdaki_amo(const dion_ctx_t *c, int cas, dion_op_t op, dion_dwin_t w, int peer,
-                                          size_t off, uint64_t operand, uint64_t compare)
+/* One signaled atomic, waited for; the old value from the QP's scratch word (0 when it failed). */
+DION__GDAKI_PATH dion_status_t dion__gdaki_amo_run(const dion_gdaki_qp_dev_t *q, const dion__gdaki_wr_t *r,
+                                                   const uint64_t *abort_word, uint64_t timeout_ns,
+                                                   uint64_t *old, uint64_t *seen)
+{
+    uint64_t at = 0;
+    *old = 0;
+    dion_status_t st = dion__gdaki_post(q, r, 1, abort_word, timeout_ns, &at);
+    if (st != DION_SUCCESS) return st;
+    st = dion__gdaki_wait_cons(q, at + 1, abort_word, timeout_ns, seen);
+    *old = dion__gdaki_result(q, at, st == DION_SUCCESS);
+    return st;
+}
+
+/* fetch-add and compare-swap. */
+DION_HD uint64_t dion__gdaki_amo(const dion_ctx_t *c, int cas, dion_op_t op, dion_dwin_t w, int peer,
+                                 size_t off, uint64_t operand, uint64_t compare)
 {
     const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(c, peer);
     const dion_gdaki_key_t *k = dion__gdaki_key(c, w, peer, op, peer);
@@ -398,24 +449,27 @@ DION__GDAKI_PATH uint64_t dion__gdaki_amo(const dion_ctx_t *c, int cas, dion_op_
     r.compare = compare;
     r.cqe = 1;
     r.result = 1;
-    uint64_t at = 0, seen = 0;
-    dion_status_t st = dion__gdaki_post(q, &r, 1, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &at);
-    if (st != DION_SUCCESS) {
-        dion__gdaki_error(c, q, st, op, peer, 0);
-        return 0;
-    }
-    st = dion__gdaki_wait_cons(q, at + 1, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &seen);
+    uint64_t old = 0, seen = 0;
+    dion_status_t st =
+        dion__gdaki_amo_run(q, &r, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &old, &seen);
     dion__gdaki_error(c, q, st, op, peer, seen);
-    return dion__gdaki_result(q, at, st == DION_SUCCESS);
+    return old;
+}
+
+/* One unsignaled work request (a signal, a barrier arrival). */
+DION__GDAKI_PATH dion_status_t dion__gdaki_post_one(const dion_gdaki_qp_dev_t *q, const dion__gdaki_wr_t *w,
+                                                    const uint64_t *abort_word, uint64_t timeout_ns)
+{
+    return dion__gdaki_post(q, w, 1, abort_word, timeout_ns, NULL);
 }
 
 /* signal (and barrier arrivals). */
-DION__GDAKI_PATH void dion__gdaki_signal(const dion_ctx_t *c, int peer, uint32_t sig, uint32_t op,
-                                         uint64_t value, dion_op_t what)
+DION_HD void dion__gdaki_signal(const dion_ctx_t *c, int peer, uint32_t sig, uint32_t op, uint64_t value,
+                                dion_op_t what)
 {
     const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(c, peer);
     dion__gdaki_wr_t w = dion__gdaki_wr_signal(c, peer, sig, op, value);
-    dion_status_t st = dion__gdaki_post(q, &w, 1, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, NULL);
+    dion_status_t st = dion__gdaki_post_one(q, &w, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns);
     dion__gdaki_error(c, q, st, what, peer, 0);
     if (what == DION_OP_SIGNAL) {
         DION__STAT(c, signals, 1);
@@ -423,27 +477,42 @@ DION__GDAKI_PATH void dion__gdaki_signal(const dion_ctx_t *c, int peer, uint32_t
     }
 }
 
-/* fence: the next WQE of every QP of the context carries the NIC's fence flag. */
-DION__GDAKI_PATH void dion__gdaki_ctx_fence(const dion_ctx_t *c)
+/* fence: the next WQE of every QP of the context (n QPs from qps) carries the NIC's fence flag. */
+DION__GDAKI_PATH void dion__gdaki_fence_qps(const dion_gdaki_qp_dev_t *qps, int n)
 {
-    for (int p = 0; p < c->dev.nranks; p++) {
-        const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(c, p);
+    for (int p = 0; p < n; p++) {
+        const dion_gdaki_qp_dev_t *q = &qps[p];
         if ((q->flags & DION_GDAKI_QP_UP) && dion__ld_relaxed(&q->st->last_wqe, DION__GDAKI_SSCOPE))
             dion__st_relaxed(&q->st->fence, 1, DION__GDAKI_SSCOPE);
     }
 }
 
+DION_HD void dion__gdaki_ctx_fence(const dion_ctx_t *c)
+{
+    dion__gdaki_fence_qps(dion__gdaki_qp(c, 0), (int)c->dev.nranks);
+}
+
+/* Drains one QP (when it is up). */
+DION__GDAKI_PATH dion_status_t dion__gdaki_quiet_one(const dion_gdaki_qp_dev_t *q, const uint64_t *abort_word,
+                                                     uint64_t timeout_ns, uint64_t *seen)
+{
+    if (!(q->flags & DION_GDAKI_QP_UP)) return DION_SUCCESS;
+    return dion__gdaki_quiet(q, abort_word, timeout_ns, seen);
+}
+
 /* quiet: every QP of the context drained; the first failure is returned (each is recorded). */
-DION__GDAKI_PATH dion_status_t dion__gdaki_ctx_quiet(const dion_ctx_t *c, dion_op_t op)
+DION_HD dion_status_t dion__gdaki_ctx_quiet(const dion_ctx_t *c, dion_op_t op)
 {
     dion_status_t first = DION_SUCCESS;
-    for (int p = 0; p < c->dev.nranks; p++) {
+    const uint64_t *abort_word = dion__gdaki_abort_word(c);
+    for (int p = 0; p < (int)c->dev.nranks; p++) {
         const dion_gdaki_qp_dev_t *q = dion__gdaki_qp(c, p);
-        if (!(q->flags & DION_GDAKI_QP_UP)) continue;
         uint64_t seen = 0;
-        dion_status_t st = dion__gdaki_quiet(q, dion__gdaki_abort_word(c), c->dev.wait_timeout_ns, &seen);
-        dion__gdaki_error(c, q, st, op, p, seen);
-        if (first == DION_SUCCESS) first = st;
+        dion_status_t st = dion__gdaki_quiet_one(q, abort_word, c->dev.wait_timeout_ns, &seen);
+        if (st != DION_SUCCESS) {
+            dion__gdaki_error(c, q, st, op, p, seen);
+            if (first == DION_SUCCESS) first = st;
+        }
     }
     return first;
 }
@@ -742,7 +811,7 @@ DION_HD void dion__put_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int
 #endif
 #if DION__HAS_GDAKI
     if (dion__is_gdaki(&c, peer)) {
-        dion__gdaki_rma_group(c, g, 0, DION_OP_PUT, peer, dst, dst_off, src, src_off, bytes, 0, 0,
+        dion__gdaki_rma_group(&c, g, 0, DION_OP_PUT, peer, dst, dst_off, src, src_off, bytes, 0, 0,
                               DION_SIG_SET, 0, counter, t0);
         return;
     }
@@ -919,7 +988,7 @@ DION_HD void dion__put_signal_group(dion_ctx_t c, dion__group_t g, dion_dwin_t d
 #endif
 #if DION__HAS_GDAKI
     if (dion__is_gdaki(&c, peer)) {
-        dion__gdaki_rma_group(c, g, 0, DION_OP_PUT_SIGNAL, peer, dst, dst_off, src, src_off, bytes, 1, sig,
+        dion__gdaki_rma_group(&c, g, 0, DION_OP_PUT_SIGNAL, peer, dst, dst_off, src, src_off, bytes, 1, sig,
                               op, value, counter, t0);
         return;
     }
@@ -1229,7 +1298,7 @@ DION_HD void dion__get_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, siz
 #endif
 #if DION__HAS_GDAKI
     if (dion__is_gdaki(&c, peer)) {
-        dion__gdaki_rma_group(c, g, 1, DION_OP_GET, peer, dst, dst_off, src, src_off, bytes, 0, 0,
+        dion__gdaki_rma_group(&c, g, 1, DION_OP_GET, peer, dst, dst_off, src, src_off, bytes, 0, 0,
                               DION_SIG_SET, 0, DION__NO_COUNTER, t0);
         return;
     }
