@@ -765,19 +765,18 @@ DION_HD int dion__poll_batch(const uint64_t *word, uint32_t scope, uint32_t cmp,
     return 0;
 }
 
-/* The shape of the GPU's wait loop (a build may override it to compare, perf/CMakeLists.txt p2p_bench_wsh0):
- * 1 (default) a poll that finds nothing costs its load, the comparison and one branch on a count-down beside
- * it; the poll that sees the value falls out of the loop straight into the acquire and the return, with no
- * taken branch, no convergence barrier and no status to merge (the relaxed signal's ping-pong spent ~0.06 us
- * one-way there against the hand-written flag loop: the H200 rows ref_flag_relaxed_libwait against
- * ref_flag_relaxed, 2026-12-01). The rare work (abort word and clock every 128 polls, back-off from 4096) is
- * one call site after each count-down, as in the packet waits; the first poll is the loop's first, with no
- * separate first check. 2: the same with the count-down and the comparison in one branch (a miss costs less,
- * the hit tests the comparison again). 0: the batched loop below (DION__WAIT_BATCH), with its own first load
- * (the default before 2026-12-01 04:00). Modes 0, 2 and 3 of DION__WAIT_POLL; mode 1 (a second, acquire load
- * after the hit) keeps the batched loop. */
+/* The shape of the GPU's wait loop (a build may override it to compare, perf/CMakeLists.txt p2p_bench_wsh1,
+ * wsh2): 0 (default) the batched loop below (DION__WAIT_BATCH), with its own first load. 1: a poll that finds
+ * nothing costs its load, the comparison and one branch on a count-down beside it, and the poll that sees the
+ * value leaves the loop straight into one acquire fence (sm_90: fence.acquire.sys, the same instruction as
+ * .gpu) and the return; the rare work (abort word and clock every 128 polls, back-off from 4096) is one call
+ * site after each count-down, as in the packet waits. 2: 1 with the count-down and the comparison in one
+ * branch (the hit tested again after it). Modes 0, 2 and 3 of DION__WAIT_POLL; mode 1 keeps the batched
+ * loop. 1 bought nothing measurable (H200, one GPU, 2026-12-01 04:45: relaxed signal / raw flag 1.244 with
+ * 1, 1.226 with 0; raw store + dion_wait / raw 1.237 and 1.234): what the wait costs over the raw loop is in
+ * the caller's code around it (the status test and the reconvergence after the call), not in the loop. */
 #ifndef DION__WAIT_SHAPE
-#define DION__WAIT_SHAPE 1
+#define DION__WAIT_SHAPE 0
 #endif
 #if DION__GPU && DION__WAIT_SHAPE >= 1 && DION__POLL_MODE != 1
 #define DION__WAIT_LEAN 1
