@@ -765,6 +765,70 @@ DION_HD int dion__poll_batch(const uint64_t *word, uint32_t scope, uint32_t cmp,
     return 0;
 }
 
+/* The shape of the GPU's wait loop (a build may override it to compare, perf/CMakeLists.txt p2p_bench_wsh1,
+ * wsh2): 0 (default) the batched loop below (DION__WAIT_BATCH), with its own first load. 1: a poll that finds
+ * nothing costs its load, the comparison and one branch on a count-down beside it, and the poll that sees the
+ * value leaves the loop straight into one acquire fence (sm_90: fence.acquire.sys, the same instruction as
+ * .gpu) and the return; the rare work (abort word and clock every 128 polls, back-off from 4096) is one call
+ * site after each count-down, as in the packet waits. 2: 1 with the count-down and the comparison in one
+ * branch (the hit tested again after it). Modes 0, 2 and 3 of DION__WAIT_POLL; mode 1 keeps the batched
+ * loop. 1 bought nothing measurable (H200, one GPU, 2026-12-01 04:45: relaxed signal / raw flag 1.244 with
+ * 1, 1.226 with 0; raw store + dion_wait / raw 1.237 and 1.234): what the wait costs over the raw loop is in
+ * the caller's code around it (the status test and the reconvergence after the call), not in the loop. */
+#ifndef DION__WAIT_SHAPE
+#define DION__WAIT_SHAPE 0
+#endif
+#if DION__GPU && DION__WAIT_SHAPE >= 1 && DION__POLL_MODE != 1
+#define DION__WAIT_LEAN 1
+#else
+#define DION__WAIT_LEAN 0
+#endif
+
+/* The acquire that ends a wait whose last poll was relaxed (modes 2 and 3). On sm_90 fence.acquire at gpu and
+ * sys scope are the same instruction (CCTL.IVALL): one unpredicated sys fence instead of a branch or two
+ * predicated copies on the handle's scope (sys is the stronger of the two, so it is right for both). */
+DION_HD void dion__wait_acquire(uint32_t scope)
+{
+#if DION__GPU && DION__POLL_MODE == 3 && __CUDA_ARCH__ == 900
+    (void)scope;
+    asm volatile("fence.acquire.sys;" ::: "memory");
+#elif DION__POLL_MODE == 3
+    dion__fence_acquire(scope);
+#elif DION__POLL_MODE == 2
+    dion__fence(scope);
+#else
+    (void)scope; /* mode 0: the polls themselves acquire */
+#endif
+}
+
+/* The rare part of a wait after polls polls (a multiple of 128 until 4096, then every poll): the abort word
+ * and the clock every 128 polls, the timeout's record, then the back-off. DION_SUCCESS: keep polling. The
+ * clock starts at the first look, so a wait that succeeds within 128 polls never reads it. */
+DION_HD dion_status_t dion__wait_rare(const dion_ctx_t *c, uint32_t scope, uint32_t polls, uint64_t *start,
+                                      uint64_t v, uint32_t cmp, uint64_t value, dion_op_t op, uint32_t sig)
+{
+    const dion_dev_t *d = &c->dev;
+    if ((polls & 127) == 0) {
+        uint64_t ab = dion__ld_relaxed(dion__ctl_word(d, d->signals, DION_CTL_ABORT), scope);
+        if (ab) return (dion_status_t)ab;
+        uint64_t now = dion__time_ns();
+        if (*start == 0) *start = now;
+        if (d->wait_timeout_ns && now - *start > d->wait_timeout_ns) {
+            dion__err_t e = dion__err(DION_ERR_TIMEOUT, op, d->rank);
+            e.sig = sig;
+            e.cmp = cmp;
+            e.expected = value;
+            e.observed = v;
+            e.limit = d->wait_timeout_ns;
+            dion__record(c, e);
+            DION__STAT(c, wait_timeouts, 1);
+            return DION_ERR_TIMEOUT;
+        }
+    }
+    dion__backoff(polls);
+    return DION_SUCCESS;
+}
+
 /* Polls word (in this rank's signal table) until cmp holds, the comm is aborted, or the timeout passes.
  * The load that returns is an acquire (or is followed by a fence, DION__WAIT_POLL 2 and 3), so data released
  * before the observed value is visible after it. */
@@ -773,6 +837,37 @@ DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word,
 {
     const dion_dev_t *d = &c->dev;
     uint32_t scope = dion__dev_scope(d);
+#if DION__WAIT_LEAN
+    uint64_t start = 0, v;
+    uint32_t polls = 0;
+    /* the word's address in a register before the loop: else the compiler rebuilds it from the parameter bank
+     * in every poll, a constant-bank load that the poll's load then waits for */
+    asm volatile("" : "+l"(word));
+    for (;;) {
+        uint32_t k = polls < 4096 ? 128u : 1u; /* polls before the next look at abort word and clock */
+        polls += k;
+#if DION__WAIT_SHAPE == 2
+        do { /* one branch a miss, on the comparison and the count together; the hit is tested again after */
+            v = dion__poll_load(word, scope);
+        } while (!dion__cmp_holds(v, cmp, value) && --k);
+        if (dion__cmp_holds(v, cmp, value)) goto hit;
+#else
+        do { /* the hit leaves the loop from the poll */
+            v = dion__poll_load(word, scope);
+            if (dion__cmp_holds(v, cmp, value)) goto hit;
+        } while (--k);
+#endif
+        dion_status_t st = dion__wait_rare(c, scope, polls, &start, v, cmp, value, op, sig);
+        if (st != DION_SUCCESS) {
+            if (observed) *observed = v;
+            return st;
+        }
+    }
+hit:
+    dion__wait_acquire(scope);
+    if (observed) *observed = v;
+    return DION_SUCCESS;
+#else
 #if DION__POLL_MODE == 3
     uint64_t v = dion__ld_relaxed(word, scope);
     if (dion__cmp_holds(v, cmp, value)) {
@@ -831,6 +926,7 @@ DION_HD dion_status_t dion__wait_word(const dion_ctx_t *c, const uint64_t *word,
     }
     if (observed) *observed = v;
     return DION_SUCCESS;
+#endif
 }
 
 #endif /* DION_DEVICE_COMMON_CUH */

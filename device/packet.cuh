@@ -257,6 +257,14 @@ DION_HD int dion__pkt_lean(const dion_ctx_t *c)
 #define DION__PKT_FAST8 1
 #endif
 
+/* The shape of that case's poll loop (perf/CMakeLists.txt p2p_bench_pk3old): 1 (default) both addresses
+ * are pinned in registers before the first poll and a hit stores the payload from inside the loop and returns
+ * (the poll that sees the message is followed by the store and nothing else of the wait's); 0 the loop of
+ * pkt2, whose exit tests the flag again and builds the destination after the hit. */
+#ifndef DION__PKT_HIT
+#define DION__PKT_HIT 1
+#endif
+
 #if DION__GPU && (DION__PKT_LOOKUP == 1 || DION__PKT_FAST == 2)
 DION_HD uint64_t dion__pkt_ldnc(const void *p)
 {
@@ -607,7 +615,7 @@ DION_HD dion_status_t dion__pkt_poll_unit(const dion_dev_t *d, const uint64_t *p
     return DION_SUCCESS;
 }
 
-#if DION__GPU && DION__PKT_FAST && DION__PKT_FAST8 && DION__PKT_POLL_DEPTH == 1
+#if DION__GPU && DION__PKT_FAST && DION__PKT_FAST8 && DION__PKT_POLL_DEPTH == 1 && !DION__PKT_HIT
 /* The fast path's wait for a thread's one whole unit at q, its payload to the 8-byte aligned to: a miss costs
  * the load, the flag comparison and a count-down (one branch); a hit goes straight to one 8-byte store of the
  * payload, with no choice of destination or store width left after the loop (dion__pkt_poll_unit). Abort
@@ -740,6 +748,39 @@ DION_HD dion_status_t dion__pkt_wait_end(const dion_ctx_t *c, dion__group_t g, d
     return st;
 }
 
+#if DION__GPU && DION__PKT_FAST && DION__PKT_FAST8 && DION__PKT_POLL_DEPTH == 1 && DION__PKT_HIT
+/* dion__pkt_poll8 with the wait's end inside: both addresses are in registers before the first poll, and the
+ * poll that sees the message leaves the loop to the payload's store and the return, with no flag tested again
+ * and no destination built after the hit. Abort, timeout and its record in the rare branch (the status the
+ * caller gets is the final one, with no second test of it on the way out). */
+DION_HD dion_status_t dion__pkt_wait8(const dion_ctx_t *c, dion_dwin_t win, size_t off, const uint64_t *q,
+                                      uint64_t *to, uint32_t seq)
+{
+    const dion_dev_t *d = &c->dev;
+    uint32_t scope = dion__dev_scope(d);
+    uint64_t start = 0, w0, w1;
+    uint32_t polls = 0;
+    /* else the compiler builds the destination from the parameter bank after the hit */
+    asm volatile("" : "+l"(to), "+l"(q));
+    for (;;) {
+        uint32_t k = DION__PKT_ROUND(polls);
+        polls += k;
+        do {
+            dion__pkt_load(q, &w0, &w1, scope);
+            if (dion__pkt_whole(w0, w1, seq)) {
+                *to = (w1 << 32) | (uint32_t)w0;
+                return DION_SUCCESS;
+            }
+        } while (--k);
+        dion_status_t st = dion__pkt_rare(d, scope, polls, &start);
+        if (st != DION_SUCCESS) {
+            uint32_t seen = (uint32_t)(w0 >> 32) != seq ? (uint32_t)(w0 >> 32) : (uint32_t)(w1 >> 32);
+            return dion__pkt_wait_end(c, DION__THREAD, win, off, DION_PACKET_PAYLOAD, seq, st, seen);
+        }
+    }
+}
+#endif
+
 DION_HD dion_status_t dion__wait_packet_group(dion_ctx_t c, dion__group_t g, dion_dwin_t win, size_t off,
                                               void *dst, size_t bytes, uint32_t seq)
 {
@@ -753,10 +794,15 @@ DION_HD dion_status_t dion__wait_packet_group(dion_ctx_t c, dion__group_t g, dio
     /* a thread's whole unit to an aligned destination: one test before the poll loop (pkd2 keeps its own) */
     if (g == DION__THREAD &&
         __builtin_expect(fast & (bytes == DION_PACKET_PAYLOAD) & (((uintptr_t)dst & 7) == 0), 1)) {
+#if DION__PKT_HIT
+        return dion__pkt_wait8(&c, win, off, (const uint64_t *)(dion__pkt_own_base(&c, win, 1) + off),
+                               (uint64_t *)dst, seq);
+#else
         st = dion__pkt_poll8(&c.dev, (const uint64_t *)(dion__pkt_own_base(&c, win, 1) + off),
                              (uint64_t *)dst, seq, &seen);
         if (st == DION_SUCCESS) return st;
         return dion__pkt_wait_end(&c, g, win, off, bytes, seq, st, seen);
+#endif
     }
 #endif
 #if DION__GPU && DION__PKT_FAST

@@ -83,14 +83,15 @@ if want ab; then # issue 10 (perf10): library variants side by side, alternating
   # AB_VARIANTS picks the builds (perf/CMakeLists.txt); the wait-mode and block-base ones of 2026-11-30 (w1 w2
   # bpick btab bhyb bbr) are decided and left out unless named. refpp: the hand-written reference ping-pongs
   # (ref_flag_relaxed, ref_put8_param, ...) in every variant's run, so each row has its floor from the same run.
+  # AB_ARGS: more p2p_bench arguments for every variant's run (e.g. --sizes 0,8,64 to keep the rows few)
   T=${AB_TESTS:-signal,put_signal,completion,msgrate,packet,refpp}
   for round in 1 2; do
     for v in ${AB_VARIANTS:-p2p_bench p2p_bench_prev p2p_bench_all p2p_bench_fastwb1}; do
       n=${v#p2p_bench}; n=${n#_}; n=${n:-default}
-      CUDA_VISIBLE_DEVICES=0 run ab_${n}_1gpu_$round 90 $B/dionrun -n 2 --mps $B/perf/$v --tests $T \
+      CUDA_VISIBLE_DEVICES=0 run ab_${n}_1gpu_$round 90 $B/dionrun -n 2 --mps $B/perf/$v --tests $T ${AB_ARGS:-} \
         --csv "$OUT/ab.csv" --label "1gpu-mps:$n:r$round"
-      [ "$NGPU" -ge 2 ] && run ab_${n}_2gpu_$round 90 $B/dionrun -n 2 $B/perf/$v --tests $T --csv "$OUT/ab.csv" \
-        --label "2gpu-nvlink:$n:r$round"
+      [ "$NGPU" -ge 2 ] && run ab_${n}_2gpu_$round 90 $B/dionrun -n 2 $B/perf/$v --tests $T ${AB_ARGS:-} \
+        --csv "$OUT/ab.csv" --label "2gpu-nvlink:$n:r$round"
     done
   done
   [ "${AB_BENCH:-1}" = 1 ] && CUDA_VISIBLE_DEVICES=0 run ab_bench_1gpu 150 $B/dionrun -n 2 --mps $B/perf/ab_bench --tests lsa,packet,bw,ce \

@@ -808,6 +808,82 @@ static void dt_test_timeout(void)
     DT_OK(dion_dev_destroy(dt_comm, &dev));
 }
 
+/* 8b. A late signal: rank 0 signals rank 1 only after DT_LATE_NS, so that rank 1's wait polls through its
+ * looks at the abort word and the clock and into the back-off (thousands of polls on a GPU) before the value
+ * comes; then the token goes round the ranks. Every wait must return with the value, and the data of the
+ * put_signal that set it must be visible to the waiting thread right after it (the acquire after the wait's
+ * rare path), checked byte by byte on the device. */
+#define DT_LATE_NS    20000000ull /* 20 ms */
+#define DT_LATE_SIG   12
+#define DT_LATE_SRC   (DT_PUT_HALF - 8192)     /* in the put tests' source half */
+#define DT_LATE_DST   (2 * DT_PUT_HALF - 8192) /* in their destination half */
+#define DT_LATE_BYTES 1000u
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    const char *mine; /* this rank's window base */
+    uint64_t value;
+    uint64_t *result;
+} dt_late_args_t;
+
+DT_KERNEL(dt_late_kernel, dt_late_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int me = a->dev.rank, n = a->dev.nranks, prev = (me + n - 1) % n, next = (me + 1) % n;
+    uint64_t seen = 0;
+    if (me == 0) { /* the token starts late */
+        uint64_t t0 = dion__time_ns();
+        while (dion__time_ns() - t0 < DT_LATE_NS) {
+        }
+    } else if (dion_wait(c, DT_LATE_SIG, DION_CMP_EQ, a->value, &seen) != DION_SUCCESS) {
+        a->result[0] = 1, a->result[1] = seen;
+        return; /* the ranks after this one time out too, and say so */
+    }
+    dion_put_signal(c, a->win, next, DT_LATE_DST, a->win, DT_LATE_SRC, DT_LATE_BYTES, DT_LATE_SIG,
+                    DION_SIG_SET, a->value);
+    if (me == 0 && dion_wait(c, DT_LATE_SIG, DION_CMP_EQ, a->value, &seen) != DION_SUCCESS) {
+        a->result[0] = 1, a->result[1] = seen;
+        return;
+    }
+    a->result[1] = seen;
+    for (uint32_t i = 0; i < DT_LATE_BYTES; i++)
+        if ((uint8_t)a->mine[DT_LATE_DST + i] != dt_byte(prev, a->value, i)) a->result[2]++;
+    a->result[3] = dion_quiet(c);
+}
+
+static void dt_test_late_signal(dion_win_t win, char *base)
+{
+    dion_dev_t dev;
+    dion_dev_attr_t attr = {64, 1, 0, 0}; /* the default timeout: seconds */
+    DT_OK(dion_dev_create(dt_comm, &attr, &dev));
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    const uint64_t value = 0x1a7e00000000ull + 977;
+    uint8_t src[DT_LATE_BYTES];
+    for (uint32_t i = 0; i < DT_LATE_BYTES; i++) src[i] = dt_byte(dt_rank, value, i);
+    dt_put(base + DT_LATE_SRC, src, sizeof src);
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_late_args_t a = {dev, dion_win_device(win), base, value, result};
+    if (DT_LAUNCH(dt_late_kernel, 1, 1, &a)) DT_FAIL("launch failed");
+    uint64_t r[4];
+    dt_get(r, result, sizeof r);
+    if (r[0])
+        DT_FAIL("the late wait failed (last value seen %llu, expected %llu): %s", (unsigned long long)r[1],
+                (unsigned long long)value, dion_last_error());
+    else if (r[1] != value)
+        DT_FAIL("the late wait returned with %llu, expected %llu", (unsigned long long)r[1],
+                (unsigned long long)value);
+    else if (r[2])
+        DT_FAIL("%llu of %u bytes of the put_signal were not visible after the late wait",
+                (unsigned long long)r[2], DT_LATE_BYTES);
+    else if (r[3] != DION_SUCCESS)
+        DT_FAIL("quiet after the late wait: %s", dion_status_string((dion_status_t)r[3]));
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_free(result);
+    DT_OK(dion_dev_destroy(dt_comm, &dev));
+}
+
 /* ================================================================================================ */
 /* 10. DION_STATS=1: per-context counters count exactly what a kernel did.                              */
 
@@ -2023,6 +2099,8 @@ static int dt_main(int argc, char **argv)
         DT_RUN("get thread/warp/block, device barrier", dt_test_get_barrier(win, (char *)base));
         DT_RUN("asymmetric window sizes, a 0-byte part", dt_test_asymmetric());
         DT_RUN("wait timeout with an error record", dt_test_timeout());
+        DT_RUN("a late signal: the wait polls past its abort and clock looks, returns it, acquires",
+               dt_test_late_signal(win, (char *)base));
         DT_RUN("counted puts: random sizes and offsets, thread/warp/block, sources overwritten once counted",
                dt_test_counted(win, (char *)base, DT_CNT_ROUNDS, DT_PUT_HALF));
         DT_RUN("counter wait timeout with an error record", dt_test_counter_timeout(win));
