@@ -25,6 +25,11 @@ endforeach()
 # checks every add and set is applied when it completes, D that signals stay behind their data.
 dion_test(NAME engine_ofi_shm_3_plainsig COMMAND test_engine_ofi shm 3 LABELS "host;cpu" TIMEOUT 200
           ENV "DION_OFI_SIGNAL=plain;DION_OFI_OP_TIMEOUT=${DION_OFI_OPTO_shm}")
+# shm with small put_signals and signals as one message each, applied by the target's engine and acknowledged
+# (DION_OFI_SIGNAL=msg): G checks data before signal with random sizes around the message bound and adds of
+# several sources to one word, F that each signal is applied when it completes, D the order behind data.
+dion_test(NAME engine_ofi_shm_3_msgsig COMMAND test_engine_ofi shm 3 LABELS "host;cpu" TIMEOUT 200
+          ENV "DION_OFI_SIGNAL=msg;DION_OFI_OP_TIMEOUT=${DION_OFI_OPTO_shm}")
 dion_test(NAME engine_ofi_auto_2 COMMAND test_engine_ofi auto 2 LABELS "host;cpu" TIMEOUT 200
           ENV "DION_OFI_OP_TIMEOUT=20s")
 dion_test(NAME engine_ofi_staging COMMAND test_engine_ofi stage LABELS "host;cpu" TIMEOUT 120

@@ -16,11 +16,15 @@
 #include "dion/dion.h"
 
 /* Raised when a slot changes meaning or the structs below change layout. */
-#define DION__ENGINE_VERSION 3
+#define DION__ENGINE_VERSION 4
 
 /* A post that could not be accepted right now: every operation slot is in use. Nothing was posted; poll,
  * then post again. Not an error and no sentence is set. */
 #define DION__ENGINE_BUSY ((dion_status_t)1000)
+
+/* An optional slot (put_signal) that cannot carry this operation (too large, GPU memory, mode off). Nothing
+ * was posted and no sentence is set: post it the usual way (put, then an ORDERED atomic). */
+#define DION__ENGINE_DECLINED ((dion_status_t)1001)
 
 typedef struct dion__engine dion__engine_t;       /* one opened engine (endpoint, queues, peers) */
 typedef struct dion__engine_mr dion__engine_mr_t; /* one local registration */
@@ -192,6 +196,16 @@ typedef struct dion__engine_ops {
      * one that peers' operations do not reach (caps.peer_notice). Call with the engine's lock held; the
      * block itself needs no lock. Does not block. */
     int (*wait_arm)(dion__engine_t *e, int *fd);
+
+    /* Optional (NULL: none). A put of bytes from src (inside lmr) to rkey at roff followed by an ORDERED add
+     * (sig_add 1) or set (0) of value on the 8-byte word at soff of skey, as one operation with one
+     * completion (cookie): the data is in place before the signal changes, and the completion means both
+     * are. DION__ENGINE_DECLINED when this engine cannot carry it (size, memory kind, mode): nothing posted;
+     * otherwise as put. */
+    dion_status_t (*put_signal)(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, const void *src,
+                                const dion__engine_rkey_t *rkey, uint64_t roff, size_t bytes,
+                                const dion__engine_rkey_t *skey, uint64_t soff, int sig_add, uint64_t value,
+                                uint64_t cookie);
 } dion__engine_ops_t;
 
 /* Whether a progress thread on this engine must stay awake: its own work (busy), else peers' operations that

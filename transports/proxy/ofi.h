@@ -22,7 +22,7 @@ enum { ORDER_MSG, ORDER_FENCE, ORDER_WAIT };
  * mode): a write the provider completed at transmit, waiting for a later fetching operation to its peer to
  * confirm delivery. READY: its completion is decided and waits in the ready ring to be returned by poll. */
 enum { OP_FREE, OP_QUEUED, OP_INFLIGHT, OP_ABANDONED, OP_SENT, OP_READY };
-enum { OP_PUT, OP_GET, OP_AMO };
+enum { OP_PUT, OP_GET, OP_AMO, OP_MSG };
 enum { CLS_WRITE = 1, CLS_READ = 2 };
 
 /* A latency histogram for the closing log line: 100 ns buckets up to 25.6 us, the last one open. */
@@ -69,6 +69,11 @@ typedef struct {
     uint32_t vk;      /* flushed write: its (peer, key) entry (vkey_t) while the key is unchecked for klen
                          bytes, else OFI_NONE; key check (internal): the entry it checks */
     uint64_t klen;    /* the region size the write's remote key was given with, or the size checked */
+    /* OP_MSG (DION_OFI_SIGNAL=msg, ofi_msg.c): data at rkey/roff (bytes may be 0: a signal alone), then the
+     * signal (amo: ADD or SET of operand) on the word at soff of skey; mseq: its number to the peer; compare:
+     * the target's refusal code once acknowledged */
+    uint64_t skey, soff, mseq;
+    uint32_t mnext; /* OP_MSG: the peer's list of unacknowledged messages (next stays the held queue's) */
 } op_t;
 
 /* Flush mode: a (peer, remote key) pair that writes used. shm drops a write it refuses (unknown key, beyond
@@ -98,6 +103,15 @@ typedef struct {
     uint64_t smax;      /* highest seq among the SENT writes */
     uint32_t shead;     /* SENT writes waiting for confirmation (a list through op_t.next) */
     uint8_t flushing, wanted;
+    /* message mode (ofi_msg.c): sent messages waiting for the peer's acknowledgement, in order */
+    uint64_t mtx; /* messages sent to the peer */
+    uint32_t munacked, mhead, mtail;
+    /* and the peer's messages applied here: the last one's number, the last acknowledged, refusals not yet
+     * acknowledged (mseq, code) */
+    uint64_t mrx, macked;
+    uint64_t (*mfail)[2];
+    uint32_t nmfail, capmfail;
+    uint8_t ackwant;
 } peer_t;
 
 struct dion__engine_mr {
@@ -157,6 +171,18 @@ struct dion__engine {
     int wait_fd;     /* the CQ's wait descriptor (FI_WAIT_FD), -1: none (engine_ofi.c, wait_arm) */
     int peer_notice; /* DION__ENGINE_NOTICE_* */
     uint64_t n_waits;
+    /* message mode (DION_OFI_SIGNAL=msg, ofi_msg.c): small put_signals and signals as one message each,
+     * applied by the target's engine in its poll and acknowledged */
+    int msg;
+    uint32_t msg_data_max; /* largest put_signal data carried in a message */
+    uint32_t mcredit;      /* unacknowledged messages per peer (the receives posted here, shared) */
+    struct dion__ofi_rx *rxb;
+    uint32_t nrx;
+    struct dion__engine_mr rx_mr;
+    struct dion__ofi_lkey *lkeys; /* this rank's registrations by key, for the peers' messages */
+    uint32_t nlkeys, caplkeys;
+    int *ackq, nackq; /* peers owed an acknowledgement */
+    uint64_t n_msgs, n_msgs_rx, n_acks, n_acks_rx, msgs_rx_seen;
     op_t *ops;
     uint32_t nops, free_head, inflight_total, queued_total; /* totals over the peers: pending(-1) */
     struct dion__engine_mr ops_mr;
@@ -179,6 +205,31 @@ dion_status_t dion__ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t o
                                uint64_t compare, uint32_t flags, uint64_t cookie);
 int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max);
 int dion__ofi_served(dion__engine_t *e);
+dion_status_t dion__ofi_put_signal(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, const void *src,
+                                   const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes,
+                                   const dion__engine_rkey_t *sk, uint64_t soff, int sig_add, uint64_t value,
+                                   uint64_t cookie);
+
+/* ofi_msg.c: message mode (DION_OFI_SIGNAL=msg). */
+dion_status_t dion__ofi_msg_open(dion__engine_t *e, char *why, size_t cap);
+void dion__ofi_msg_close(dion__engine_t *e);
+dion_status_t dion__ofi_msg_lkey_add(dion__engine_t *e, const struct dion__engine_mr *m, uint64_t key);
+void dion__ofi_msg_lkey_del(dion__engine_t *e, const struct dion__engine_mr *m);
+int dion__ofi_msg_may_carry(const dion__engine_t *e, int peer, const dion__engine_mr_t *lmr, size_t bytes,
+                            const dion__engine_rkey_t *rk, const dion__engine_rkey_t *sk);
+ssize_t dion__ofi_msg_submit(dion__engine_t *e, op_t *o);
+void dion__ofi_msg_sent(dion__engine_t *e, op_t *o);
+int dion__ofi_msg_is_rx(const dion__engine_t *e, const void *ctx);
+/* A receive completed (ctx from the CQ; err: its error code, 0 when it completed): a peer's message is
+ * applied, an acknowledgement decides this rank's messages (ready_push). */
+void dion__ofi_msg_rx(dion__engine_t *e, void *ctx, int err);
+void dion__ofi_msg_acks(dion__engine_t *e);
+void dion__ofi_msg_prune(dion__engine_t *e);
+const char *dion__ofi_msg_refusal(uint64_t code);
+/* ofi_ops.c, for ofi_msg.c */
+void dion__ofi_ready_push(dion__engine_t *e, op_t *o, dion_status_t st);
+void dion__ofi_settle(dion__engine_t *e, peer_t *p, uint64_t below, dion_status_t st);
+void dion__ofi_op_free(dion__engine_t *e, op_t *o);
 uint32_t dion__ofi_pending(dion__engine_t *e, int peer);
 
 #endif

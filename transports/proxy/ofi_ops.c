@@ -8,11 +8,12 @@
 
 /* ---- posting ---- */
 
-static const char *const kind_names[] = {"put", "get", "atomic"};
+static const char *const kind_names[] = {"put", "get", "atomic", "put_signal message"};
 static const char *const amo_names[] = {"atomic add", "atomic set", "fetch-add", "compare-swap"};
 
 static const char *op_name(const op_t *o)
 {
+    if (o->kind == OP_MSG && !o->bytes) return "signal message";
     return o->kind == OP_AMO ? amo_names[o->amo] : kind_names[o->kind];
 }
 
@@ -36,9 +37,16 @@ static void op_free(dion__engine_t *e, op_t *o)
     e->free_head = (uint32_t)(o - e->ops);
 }
 
+void dion__ofi_op_free(dion__engine_t *e, op_t *o)
+{
+    op_free(e, o);
+}
+
 /* Whether an ordered operation may go to the provider now, given what is in flight to its peer. */
 static int may_post(const dion__engine_t *e, const peer_t *p, const op_t *o)
 {
+    /* message mode: the peer applies a message only when its poll reads it, maybe after later commands */
+    if (p->munacked && (o->kind == OP_MSG ? p->munacked >= e->mcredit : o->ordered)) return 0;
     if (!o->ordered || !p->inflight || e->order == ORDER_FENCE) return 1;
     if (e->order == ORDER_WAIT) return 0;
     uint64_t need = 0;
@@ -51,7 +59,7 @@ static int may_post(const dion__engine_t *e, const peer_t *p, const op_t *o)
  * submitted to it before (flush mode): fetching atomics (shm's add and set fetch too) and reads. */
 static int covers(const dion__engine_t *e, const op_t *o)
 {
-    return o->kind == OP_GET ||
+    return o->kind == OP_GET || o->kind == OP_MSG ||
            (o->kind == OP_AMO && !o->flushed && (e->fetch_updates || o->amo >= DION__ENGINE_AMO_FETCH_ADD));
 }
 
@@ -62,7 +70,9 @@ static ssize_t submit(dion__engine_t *e, op_t *o)
     uint64_t flags = FI_COMPLETION;
     if (o->ordered && e->order == ORDER_FENCE && p->inflight) flags |= FI_FENCE;
     ssize_t rc;
-    if (o->kind != OP_AMO) {
+    if (o->kind == OP_MSG) {
+        rc = dion__ofi_msg_submit(e, o);
+    } else if (o->kind != OP_AMO) {
         struct iovec iov = {.iov_base = o->local, .iov_len = o->bytes};
         struct fi_rma_iov riov = {.addr = o->raddr, .len = o->bytes, .key = o->rkey};
         struct fi_msg_rma m = {.msg_iov = &iov,
@@ -123,6 +133,7 @@ static ssize_t submit(dion__engine_t *e, op_t *o)
         if (o->cls & CLS_WRITE) p->writes++;
         if (o->cls & CLS_READ) p->reads++;
         e->inflight_total++;
+        if (o->kind == OP_MSG) dion__ofi_msg_sent(e, o);
     }
     return rc;
 }
@@ -236,6 +247,11 @@ static void ready_push(dion__engine_t *e, op_t *o, dion_status_t st)
     e->rtail = e->rtail + 1 == e->nops + 1 ? 0 : e->rtail + 1;
 }
 
+void dion__ofi_ready_push(dion__engine_t *e, op_t *o, dion_status_t st)
+{
+    ready_push(e, o, st);
+}
+
 /* The SENT writes to p submitted before seq `below` are decided: delivered (st success: the peer processed a
  * later operation) or not confirmed (the fetch that was to confirm them failed). */
 static void settle(dion__engine_t *e, peer_t *p, uint64_t below, dion_status_t st)
@@ -314,6 +330,11 @@ static void flush_wanted(dion__engine_t *e)
     e->nwant = k;
 }
 
+void dion__ofi_settle(dion__engine_t *e, peer_t *p, uint64_t below, dion_status_t st)
+{
+    settle(e, p, below, st);
+}
+
 /* A key check failed (error completion, timeout, refused post): writes that relied on it fail with st. */
 static void vk_fail(dion__engine_t *e, uint32_t idx, uint64_t len, dion_status_t st)
 {
@@ -354,7 +375,15 @@ static void ready_emit(dion__engine_t *e, dion__engine_cqe_t *out, int max, int 
         c->peer = o->peer;
         c->status = o->status;
         c->why[0] = 0;
-        if (o->status != DION_SUCCESS && vk_verdict(e, o) < 0)
+        if (o->status != DION_SUCCESS && o->kind == OP_MSG)
+            snprintf(
+                c->why, sizeof c->why,
+                "%s of %zu bytes to rank %d (data at offset %llu, signal word at offset %llu) was refused "
+                "by that rank: %s; check that the keys and offsets come from the peer's live window "
+                "and signal table",
+                op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, (unsigned long long)o->soff,
+                dion__ofi_msg_refusal(o->compare));
+        else if (o->status != DION_SUCCESS && vk_verdict(e, o) < 0)
             snprintf(c->why, sizeof c->why,
                      "%s of %zu bytes to rank %d at offset %llu (key %#llx) failed: rank %d did not answer a "
                      "read of the last byte of that %llu-byte region with that key (%s); shm drops an access "
@@ -580,6 +609,17 @@ dion_status_t dion__ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t o
     o->compare = compare;
     o->result = 0;
     o->cookie = cookie;
+    /* message mode: a signal alone as one message, applied and acknowledged by the peer's engine */
+    if (o->cls == CLS_WRITE && dion__ofi_msg_may_carry(e, peer, NULL, 0, rk, rk)) {
+        o->kind = OP_MSG;
+        o->skey = rk->key;
+        o->soff = roff;
+        o->rkey = 0;
+        o->roff = 0;
+        o->bytes = 0;
+        o->local = NULL;
+        return post(e, o);
+    }
     /* plain add and set (flush mode): shm drops one it refuses without a word, as it does writes */
     if (e->plain_sig && o->cls == CLS_WRITE && e->peers[peer].fvalid && rk->len) return put_checked(e, o, rk);
     return post(e, o);
@@ -702,6 +742,10 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
             struct fi_cq_err_entry err;
             memset(&err, 0, sizeof err);
             if (fi_cq_readerr(e->cq, &err, 0) != 1) break;
+            if (dion__ofi_msg_is_rx(e, err.op_context)) {
+                dion__ofi_msg_rx(e, err.op_context, err.err);
+                continue;
+            }
             op_t *o = err.op_context;
             if (!o) { /* shm reports here, at the target, an access it refused */
                 DION_LOG(DION_LOG_WARN, "ofi: an operation of a peer on this rank was refused: %s",
@@ -742,6 +786,10 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
             return -1;
         }
         for (ssize_t k = 0; k < got; k++) {
+            if (dion__ofi_msg_is_rx(e, ent[k].op_context)) {
+                dion__ofi_msg_rx(e, ent[k].op_context, 0);
+                continue;
+            }
             op_t *o = ent[k].op_context;
             if (o->state == OP_ABANDONED) {
                 retire(e, o);
@@ -784,7 +832,10 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
         }
         if (got < want) break;
     }
+    if (e->nackq) dion__ofi_msg_acks(e);
+    uint64_t scanned = e->next_scan_ns;
     expire(e, now, out, max, &n);
+    if (e->msg && e->next_scan_ns != scanned) dion__ofi_msg_prune(e); /* after a scan for timed-out ops */
     if (e->queued_peers) drain(e, out, max, &n);
     if (e->nwant) flush_wanted(e);
     ready_emit(e, out, max, &n);
@@ -795,6 +846,10 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
  * the proxy's spin before napping is ten times longer. */
 int dion__ofi_served(dion__engine_t *e)
 {
+    if (e->n_msgs_rx != e->msgs_rx_seen) { /* peers' messages, applied by poll */
+        e->msgs_rx_seen = e->n_msgs_rx;
+        return 1;
+    }
     if (!e->rx_cntr) return 0;
     uint64_t now = dion__now_ns();
     if (now < e->rx_next_ns) return 0;
@@ -810,4 +865,45 @@ uint32_t dion__ofi_pending(dion__engine_t *e, int peer)
     if (!e->peers) return 0;
     if (peer >= 0 && peer < e->nranks) return e->peers[peer].inflight + e->peers[peer].queued;
     return e->inflight_total + e->queued_total; /* the glue asks once per batch: no walk over the peers */
+}
+
+dion_status_t dion__ofi_put_signal(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, const void *src,
+                                   const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes,
+                                   const dion__engine_rkey_t *sk, uint64_t soff, int sig_add, uint64_t value,
+                                   uint64_t cookie)
+{
+    if (!e->peers || peer < 0 || peer >= e->nranks || !rk || !sk ||
+        !dion__ofi_msg_may_carry(e, peer, lmr, bytes, rk, sk))
+        return DION__ENGINE_DECLINED;
+    if (bytes && !src)
+        return dion__error_set(DION_ERR_INVALID_ARG, "ofi put_signal to rank %d: no source buffer", peer);
+    if (soff % 8)
+        return dion__error_set(DION_ERR_INVALID_ARG,
+                               "ofi put_signal to rank %d: signal offset %llu is not 8-byte aligned", peer,
+                               (unsigned long long)soff);
+    dion_status_t s;
+    /* both ranges against the sizes the peer gave (the target checks again against its registrations) */
+    op_t *o = prepare(e, peer, sk, soff, 8, "put_signal (signal)", &s);
+    if (!o) return s;
+    if (roff > rk->len || bytes > rk->len - roff) {
+        op_free(e, o);
+        return dion__error_set(
+            DION_ERR_INVALID_ARG,
+            "ofi put_signal to rank %d: bytes [%llu, %llu) lie outside the %llu-byte remote "
+            "region",
+            peer, (unsigned long long)roff, (unsigned long long)(roff + bytes), (unsigned long long)rk->len);
+    }
+    o->kind = OP_MSG;
+    o->cls = CLS_WRITE;
+    o->ordered = 1;
+    o->amo = sig_add ? DION__ENGINE_AMO_ADD : DION__ENGINE_AMO_SET;
+    o->operand = value;
+    o->skey = sk->key;
+    o->soff = soff;
+    o->rkey = rk->key;
+    o->roff = roff;
+    o->bytes = bytes;
+    o->local = (void *)src;
+    o->cookie = cookie;
+    return post(e, o);
 }
