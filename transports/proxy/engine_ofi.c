@@ -464,11 +464,12 @@ static void ofi_close(dion__engine_t *e)
                  (unsigned long long)e->n_cq_empty, (unsigned long long)e->n_cqes,
                  (unsigned long long)e->n_waits);
     if (e->ep && e->msg)
-        DION_LOG(DION_LOG_INFO,
-                 "ofi: messages; %llu sent, %llu acknowledgements received; %llu applied for peers, %llu "
-                 "acknowledgements sent",
-                 (unsigned long long)e->n_msgs, (unsigned long long)e->n_acks_rx,
-                 (unsigned long long)e->n_msgs_rx, (unsigned long long)e->n_acks);
+        DION_LOG(
+            DION_LOG_INFO,
+            "ofi: messages; %llu sent, %llu acknowledgements received (posted to acknowledged p50 %.1f us "
+            "p90 %.1f us); %llu applied for peers, %llu acknowledgements sent",
+            (unsigned long long)e->n_msgs, (unsigned long long)e->n_acks_rx, ofi_hist_q(&e->h_msg, 0.5),
+            ofi_hist_q(&e->h_msg, 0.9), (unsigned long long)e->n_msgs_rx, (unsigned long long)e->n_acks);
     if (e->ep && e->h_gap.count)
         DION_LOG(DION_LOG_INFO,
                  "ofi: times; gap between polls p50 %.1f us p90 %.1f us (%llu); fetching operations posted "

@@ -183,6 +183,7 @@ struct dion__engine {
     uint32_t nlkeys, caplkeys;
     int *ackq, nackq; /* peers owed an acknowledgement */
     uint64_t n_msgs, n_msgs_rx, n_acks, n_acks_rx, msgs_rx_seen;
+    ofi_hist_t h_msg; /* a message's post to its acknowledgement (the peer's poll and back) */
     op_t *ops;
     uint32_t nops, free_head, inflight_total, queued_total; /* totals over the peers: pending(-1) */
     struct dion__engine_mr ops_mr;

@@ -102,8 +102,8 @@ dion_status_t dion__ofi_msg_open(dion__engine_t *e, char *why, size_t cap)
         snprintf(why, cap, "ofi engine: out of memory for %u message receives", e->nrx);
         return DION_ERR_NO_MEMORY;
     }
-    /* every sender (this rank too) within its share of the receives: a message that finds none posted waits in
-     * the provider's unexpected queue */
+    /* every sender (this rank too) within its share of the receives: a message that finds none posted waits
+     * in the provider's unexpected queue */
     e->mcredit = e->nrx / (uint32_t)e->nranks ? e->nrx / (uint32_t)e->nranks : 1u;
     if (e->mr_mode & FI_MR_LOCAL) {
         struct iovec iov = {.iov_base = e->rxb, .iov_len = e->nrx * sizeof *e->rxb};
@@ -296,7 +296,7 @@ static uint64_t apply(dion__engine_t *e, const msg_hdr_t *h, const uint8_t *data
 static void acked(dion__engine_t *e, const msg_ack_t *a)
 {
     peer_t *p = &e->peers[a->from];
-    uint64_t last = 0;
+    uint64_t last = 0, now = dion__now_ns();
     e->n_acks_rx++;
     while (p->mhead != OFI_NONE && e->ops[p->mhead].mseq <= a->upto) {
         op_t *o = &e->ops[p->mhead];
@@ -308,6 +308,7 @@ static void acked(dion__engine_t *e, const msg_ack_t *a)
             dion__ofi_op_free(e, o);
             continue;
         }
+        ofi_hist_add(&e->h_msg, now - o->posted_ns);
         o->compare = REF_NONE;
         for (uint32_t i = 0; i < a->nfail && i < ACK_FAILS; i++)
             if (a->fail[i][0] == o->mseq) o->compare = a->fail[i][1];
