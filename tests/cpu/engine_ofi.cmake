@@ -54,3 +54,10 @@ target_link_libraries(staged_rate_cpu PRIVATE dion_internal Threads::Threads)
 dion_test(NAME staged_rate_cpu_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:staged_rate_cpu> 16 2 16 2
           LABELS "host;cpu" TIMEOUT 150
           ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_PROXY_STAGING=always")
+
+# A peer whose provider refuses every post (-FI_EAGAIN; a test hook stands for a peer that stopped draining its
+# queue): the refused operation and those queued behind it fail in order within DION_OFI_OP_TIMEOUT, with sentences.
+foreach(prov tcp shm)
+  dion_test(NAME engine_ofi_refuse_${prov} COMMAND test_engine_ofi refuse ${prov} LABELS "host;cpu" TIMEOUT 90
+            ENV "DION_OFI_OP_TIMEOUT=1s")
+endforeach()

@@ -527,6 +527,10 @@ static int dion__pxs_flush(dion__pxc_t *pc, int peer, const dion__px_box_t *b)
         uint32_t slot = (uint32_t)(first % K);
         uint64_t cnt = pc->sent[peer] - first;
         if (cnt > K - slot) cnt = K - slot;
+        /* no bigger than the provider sends in one piece (shm: a larger put is a segmented transfer, and the
+         * peer refuses every other post until it is done) */
+        uint64_t eager = pc->caps.max_eager / sizeof(dion__px_note_t);
+        if (eager && cnt > eager) cnt = eager;
         const dion__px_note_t *out = (const dion__px_note_t *)(pc->box + b->out) + (size_t)peer * K + slot;
         if (pc->E->put(pc->e, peer, pc->box_mr, out, &pc->box_rk[peer],
                        b->in + ((size_t)me * K + slot) * sizeof *out, cnt * sizeof *out, 0,
