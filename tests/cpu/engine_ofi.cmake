@@ -61,3 +61,12 @@ foreach(prov tcp shm)
   dion_test(NAME engine_ofi_refuse_${prov} COMMAND test_engine_ofi refuse ${prov} LABELS "host;cpu" TIMEOUT 90
             ENV "DION_OFI_OP_TIMEOUT=1s")
 endforeach()
+
+# The same through the whole proxy path: quiet returns the error, dion_dev_check the sentence; the engine works after.
+add_executable(proxy_refuse_cpu ${CMAKE_CURRENT_SOURCE_DIR}/proxy_refuse_cpu.c)
+target_link_libraries(proxy_refuse_cpu PRIVATE dion_internal Threads::Threads)
+foreach(prov tcp shm)
+  dion_test(NAME proxy_refuse_cpu_${prov} COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 60 $<TARGET_FILE:proxy_refuse_cpu>
+            LABELS "host;cpu" TIMEOUT 90
+            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=${prov};DION_OFI_OP_TIMEOUT=1s")
+endforeach()

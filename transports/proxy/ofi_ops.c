@@ -443,7 +443,13 @@ static void fail_queue(dion__engine_t *e, peer_t *p, uint8_t head_fail, const of
             dion__ofi_fail_describe(e, o, why, sizeof why);
             DION_LOG(DION_LOG_WARN, "ofi: a %s to rank %d failed: %s", op_name(o), o->peer, why);
             settle(e, p, UINT64_MAX, st);
-            internal_done(e, o, st);
+            if (o->vk != OFI_NONE) { /* a key check never posted says nothing about the key: the next write
+                                        with it checks again */
+                vkey_t *k = &e->vks[o->vk];
+                if (k->chk_len > k->ok_len) k->chk_len = k->ok_len;
+            } else {
+                internal_done(e, o, st);
+            }
             op_free(e, o);
             continue;
         }
