@@ -1075,8 +1075,82 @@ static int mode_refuse(const char *prov)
     return 0;
 }
 
+/* The per-peer bound (DION_OFI_PEER_OPS) over shm, one rank talking to itself: 2000 8-byte puts posted
+ * without polling between them (except when the engine is full) fill shm's command queue unless the engine
+ * holds them back. expect "none": no post refused (the bound keeps the queue below shm's limit) and some
+ * held; "some": the provider refused posts (DION_OFI_PEER_OPS=0, the unbounded engine: shows the test can
+ * tell). Data checked. */
+static int mode_bound(const char *expect)
+{
+    setenv("DION_OFI_PROVIDER", "shm", 1);
+    char why[512];
+    dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
+    dion_status_t os = E->open(&oa, &g_e, why, sizeof why);
+    if (os == DION_ERR_UNSUPPORTED) {
+        printf("SKIP: the ofi engine cannot open shm here: %s\n", why);
+        return 77;
+    }
+    if (os != DION_SUCCESS) FAIL("open: %s", why);
+    if (!E->counts) FAIL("bound: the ofi engine has no counts slot");
+    dion__engine_addr_t self;
+    CHECK_OK(E->address(g_e, &self));
+    CHECK_OK(E->connect(g_e, &self, 1));
+    enum { NPUT = 2000 };
+    const size_t wbytes = NPUT * 8 + 4096;
+    uint8_t *win = aligned_alloc(4096, (wbytes + 4095) & ~(size_t)4095), *src = aligned_alloc(4096, 8192);
+    memset(win, 0, wbytes);
+    for (size_t i = 0; i < 8192; i++) src[i] = pat(0x5a, i);
+    dion__engine_mr_t *wmr, *smr;
+    dion__engine_rkey_t wkey, skey;
+    CHECK_OK(E->mem_reg(g_e, win, wbytes, DION__ENGINE_MEM_HOST, &wmr, &wkey));
+    CHECK_OK(E->mem_reg(g_e, src, 8192, DION__ENGINE_MEM_HOST, &smr, &skey));
+    g_rec = calloc(MAXCOOKIES, sizeof *g_rec);
+    post_t first = {.kind = 0, .peer = 0, .lmr = smr, .local = src, .rk = &wkey, .roff = 0, .bytes = 8};
+    wait_op(post_op(&first), 1); /* the key check, and a flush */
+    dion__engine_counts_t c0, c1;
+    E->counts(g_e, &c0);
+    uint64_t *ck = calloc(NPUT, sizeof *ck);
+    for (int k = 0; k < NPUT; k++) {
+        post_t p = {.kind = 0,
+                    .peer = 0,
+                    .lmr = smr,
+                    .local = src + (size_t)(k % 1000) * 8,
+                    .rk = &wkey,
+                    .roff = 4096 + (size_t)k * 8,
+                    .bytes = 8};
+        ck[k] = post_op(&p); /* polls only while the engine is full */
+    }
+    for (int k = 0; k < NPUT; k++) wait_op(ck[k], 1);
+    E->counts(g_e, &c1);
+    for (int k = 0; k < NPUT; k++)
+        if (memcmp(win + 4096 + (size_t)k * 8, src + (size_t)(k % 1000) * 8, 8))
+            FAIL("bound: put %d did not land", k);
+    uint64_t refused = c1.refused - c0.refused, held = c1.held - c0.held;
+    printf("bound: %d puts: %llu posts, %llu held, %llu refused by the provider, %llu flushes\n", NPUT,
+           (unsigned long long)(c1.posts - c0.posts), (unsigned long long)held, (unsigned long long)refused,
+           (unsigned long long)(c1.flushes - c0.flushes));
+    if (!strcmp(expect, "none") && (refused || !held))
+        FAIL("bound: expected no refused post and some held by the bound, got %llu refused, %llu held",
+             (unsigned long long)refused, (unsigned long long)held);
+    if (!strcmp(expect, "some") && !refused)
+        FAIL("bound: without the bound shm should have refused posts (its queue holds 512 writes)");
+    CHECK_OK(E->mem_dereg(g_e, wmr));
+    CHECK_OK(E->mem_dereg(g_e, smr));
+    E->close(g_e);
+    free(win);
+    free(src);
+    free(ck);
+    free(g_rec);
+    printf("ok: bound %s\n", expect);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "bound")) {
+        alarm(60);
+        return mode_bound(argv[2]);
+    }
     if (argc == 3 && !strcmp(argv[1], "refuse")) {
         alarm(60);
         return mode_refuse(argv[2]);

@@ -505,7 +505,7 @@ static void ofi_query(dion__engine_t *e, dion__engine_caps_t *c)
     c->delivery_complete = e->delivered;
     c->manual_progress = e->info->domain_attr->data_progress != FI_PROGRESS_AUTO;
     c->peer_notice = e->peer_notice;
-    c->max_ops = e->nops;
+    c->max_ops = e->nops - OFI_RESERVE; /* the rest are the engine's own */
     c->max_msg = e->info->ep_attr->max_msg_size;
     if (!strcmp(dion__ofi_prov_name(e->info), "shm")) c->max_eager = e->info->tx_attr->inject_size;
     c->api_version = e->fi->version();

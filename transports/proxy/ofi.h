@@ -14,7 +14,8 @@
 #include "ofi_sym.h"
 #include "src/internal.h"
 
-#define OFI_NONE UINT32_MAX
+#define OFI_NONE    UINT32_MAX
+#define OFI_RESERVE 4u /* operation slots only the engine's own flushes and key checks take */
 
 enum { ORDER_MSG, ORDER_FENCE, ORDER_WAIT };
 

@@ -570,7 +570,9 @@ static op_t *prepare(dion__engine_t *e, int peer, const dion__engine_rkey_t *rk,
                              e->info->ep_attr->max_msg_size);
         return NULL;
     }
-    op_t *o = op_alloc(e);
+    /* the last slots are the engine's own: a flush must find one, or writes waiting for it (flush mode) would
+     * hold every slot forever */
+    op_t *o = e->nops - e->used > OFI_RESERVE ? op_alloc(e) : NULL;
     if (!o) {
         *s = DION__ENGINE_BUSY;
         return NULL;

@@ -188,6 +188,9 @@ typedef struct dion__pxc {
      * the copies they took */
     uint64_t n_notes, n_merged, n_applied, n_copies;
     uint64_t n_src_puts, n_src_copies; /* puts from staged windows, and the copies into shadows they took */
+    /* the proxy thread's waits for copies (cudaStreamSynchronize): staged sources before their batch is
+     * posted, and the owner's lands before their signals and acknowledgements; count and total time */
+    uint64_t n_src_waits, n_land_waits, ns_src_wait, ns_land_wait;
     /* the source arena (px_stage.c): staged put sources of a batch, copied with their gaps into one span,
      * freed in batch order once the batch's positions completed */
     char *sarena;

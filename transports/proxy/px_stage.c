@@ -158,10 +158,13 @@ void dion__pxs_comm_fini(dion__pxc_t *pc)
     if (pc->stage_on)
         DION_LOG(DION_LOG_INFO,
                  "proxy staging: %llu notices sent (%llu more puts merged into them), %llu applied here with "
-                 "%llu copies; %llu puts from staged windows took %llu source copies",
+                 "%llu copies; %llu puts from staged windows took %llu source copies; the proxy waited for "
+                 "copies %llu times for sources (%.1f ms) and %llu times for landed data (%.1f ms)",
                  (unsigned long long)pc->n_notes, (unsigned long long)pc->n_merged,
                  (unsigned long long)pc->n_applied, (unsigned long long)pc->n_copies,
-                 (unsigned long long)pc->n_src_puts, (unsigned long long)pc->n_src_copies);
+                 (unsigned long long)pc->n_src_puts, (unsigned long long)pc->n_src_copies,
+                 (unsigned long long)pc->n_src_waits, (double)pc->ns_src_wait / 1e6,
+                 (unsigned long long)pc->n_land_waits, (double)pc->ns_land_wait / 1e6);
     if (pc->box_mr) pc->E->mem_dereg(pc->e, pc->box_mr);
     free(pc->box);
     if (pc->sarena_mr) pc->E->mem_dereg(pc->e, pc->sarena_mr);
@@ -406,8 +409,12 @@ void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_c
                 dion__stage_copy_async(pc->stage, rg[i].r->shadow + rg[i].off, rg[i].r->base + rg[i].off,
                                        rg[i].end - rg[i].off, "copying a staged window into its host shadow");
     }
-    if (st == DION_SUCCESS)
+    if (st == DION_SUCCESS) {
+        uint64_t t0 = dion__now_ns();
         st = dion__stage_wait(pc->stage, "copying staged windows into their host shadows");
+        pc->ns_src_wait += dion__now_ns() - t0;
+        pc->n_src_waits++;
+    }
     if (st == DION_SUCCESS) g->staged_to = to; /* else each put copies its own and reports the failure */
 }
 
@@ -649,7 +656,10 @@ static void dion__pxs_barrier(dion__pxc_t *pc, const dion__px_box_t *b)
     dion__pxs_lands(pc);
     dion_status_t cs = pc->land_st;
     if (pc->copies) {
+        uint64_t t0 = dion__now_ns();
         dion_status_t ws = dion__stage_wait(pc->stage, "copying host shadows into their staged windows");
+        pc->ns_land_wait += dion__now_ns() - t0;
+        pc->n_land_waits++;
         if (cs == DION_SUCCESS) cs = ws;
     }
     pc->copies = 0;
