@@ -370,9 +370,35 @@ static int dion__pxs_arena_sources(dion__pxc_t *pc, dion__pxg_t *g, dion__pxs_sr
     return 1;
 }
 
+/* The one wait for the source copies that prestage enqueued this pass; their positions count as staged once
+ * it returned (on failure they do not: each put then copies its own and reports it). */
+static void dion__pxs_pend_wait(dion__pxc_t *pc)
+{
+    if (!pc->npend) return;
+    uint64_t t0 = dion__now_ns();
+    dion_status_t st = dion__stage_wait(pc->stage, "copying staged windows into their host shadows");
+    pc->ns_src_wait += dion__now_ns() - t0;
+    pc->n_src_waits++;
+    for (uint32_t i = 0; i < pc->npend; i++) {
+        dion__pxg_t *g = pc->gtab[pc->pend_gid[i]];
+        if (g && st == DION_SUCCESS && g->staged_pend > g->staged_to) g->staged_to = g->staged_pend;
+        if (g) g->staged_pend = 0;
+    }
+    pc->npend = 0;
+}
+
 void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n)
 {
+    dion__pxs_stage_sources_run(pc, g, cmds, n, 1);
+}
+
+void dion__pxs_stage_sources_run(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n,
+                                 int wait)
+{
     if (!pc->stage_on) return;
+    if (wait) dion__pxs_pend_wait(pc);
+    /* prestage: once per ring per pass, and only where the wait can be shared */
+    if (!wait && (g->staged_pend || pc->npend == 64 || g->gid >= DION__PX_GLUES)) return;
     dion__pxs_src_t it[64];
     uint32_t k = 0;
     uint64_t pos = g->exec, to = g->staged_to > pos ? g->staged_to : pos;
@@ -408,6 +434,11 @@ void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_c
             st =
                 dion__stage_copy_async(pc->stage, rg[i].r->shadow + rg[i].off, rg[i].r->base + rg[i].off,
                                        rg[i].end - rg[i].off, "copying a staged window into its host shadow");
+    }
+    if (st == DION_SUCCESS && !wait) { /* the pass's first execute waits for it with the others */
+        g->staged_pend = to;
+        pc->pend_gid[pc->npend++] = g->gid;
+        return;
     }
     if (st == DION_SUCCESS) {
         uint64_t t0 = dion__now_ns();
