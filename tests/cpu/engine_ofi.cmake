@@ -59,3 +59,25 @@ target_link_libraries(staged_rate_cpu PRIVATE dion_internal Threads::Threads)
 dion_test(NAME staged_rate_cpu_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:staged_rate_cpu> 16 2 16 2
           LABELS "host;cpu" TIMEOUT 150
           ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_PROXY_STAGING=always")
+
+# A peer whose provider refuses every post (-FI_EAGAIN; a test hook stands for a peer that stopped draining its
+# queue): the refused operation and those queued behind it fail in order within DION_OFI_OP_TIMEOUT, with sentences.
+foreach(prov tcp shm)
+  dion_test(NAME engine_ofi_refuse_${prov} COMMAND test_engine_ofi refuse ${prov} LABELS "host;cpu" TIMEOUT 90
+            ENV "DION_OFI_OP_TIMEOUT=1s")
+endforeach()
+
+# The same through the whole proxy path: quiet returns the error, dion_dev_check the sentence; the engine works after.
+add_executable(proxy_refuse_cpu ${CMAKE_CURRENT_SOURCE_DIR}/proxy_refuse_cpu.c)
+target_link_libraries(proxy_refuse_cpu PRIVATE dion_internal Threads::Threads)
+foreach(prov tcp shm)
+  dion_test(NAME proxy_refuse_cpu_${prov} COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 60 $<TARGET_FILE:proxy_refuse_cpu>
+            LABELS "host;cpu" TIMEOUT 90
+            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=${prov};DION_OFI_OP_TIMEOUT=1s")
+endforeach()
+
+# The per-peer bound (DION_OFI_PEER_OPS) over shm: 2000 puts posted without polling are held by the engine, none is
+# refused by the provider; unbounded (=0) shm refuses some (the test can tell the two apart).
+dion_test(NAME engine_ofi_bound_shm COMMAND test_engine_ofi bound none LABELS "host;cpu" TIMEOUT 60)
+dion_test(NAME engine_ofi_bound_shm_unbounded COMMAND test_engine_ofi bound some LABELS "host;cpu" TIMEOUT 60
+          ENV "DION_OFI_PEER_OPS=0")

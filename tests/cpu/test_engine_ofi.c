@@ -1044,8 +1044,264 @@ static int mode_stage(void)
     return 0;
 }
 
+/* Waits until every cookie in c[0..k) completed (bounded); returns the order they completed in (order[i]: the
+ * i-th to complete, as an index into c). */
+static void wait_all_order(const uint64_t *c, int k, int *order, double bound_s)
+{
+    double end = now_s() + bound_s;
+    int got = 0;
+    while (got < k) {
+        pump();
+        for (int i = 0; i < k; i++)
+            if (g_rec[c[i]].done && g_rec[c[i]].value != UINT64_MAX) {
+                g_rec[c[i]].value = UINT64_MAX; /* seen */
+                order[got++] = i;
+            }
+        if (now_s() > end)
+            FAIL("refuse: %d of %d operations still without a final status after %.0f s (the engine keeps "
+                 "them queued)",
+                 k - got, k, bound_s);
+        sched_yield();
+    }
+}
+
+static const char *why_of(uint64_t c)
+{
+    for (int i = 0; i < g_nerr; i++)
+        if (g_err_cookie[i] == c) return g_err_why[i];
+    return "";
+}
+
+/* An operation the provider refuses for good (-FI_EAGAIN on every post: the test hook stands for a peer that
+ * stopped draining its queue), one rank talking to itself: it and every operation queued behind it to that
+ * peer fail, in order, with a sentence naming the peer, op, size, offset and the refusals, within
+ * DION_OFI_OP_TIMEOUT (set short by the caller), not before; their slots are freed; the engine then works
+ * again. Then a put the provider took, with the refusals starting right after it (flush mode: its confirming
+ * fetch is refused): what follows it fails behind it, in order. */
+static int mode_refuse(const char *prov)
+{
+    setenv("DION_OFI_PROVIDER", prov, 1);
+    const char *tv = getenv("DION_OFI_OP_TIMEOUT");
+    double T = tv ? atof(tv) : 0;
+    if (T <= 0 || T > 10) FAIL("refuse: set DION_OFI_OP_TIMEOUT to a few seconds (e.g. 1s)");
+    char why[512];
+    dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
+    dion_status_t os = E->open(&oa, &g_e, why, sizeof why);
+    if (os == DION_ERR_UNSUPPORTED) {
+        printf("SKIP: the ofi engine cannot open here: %s\n", why);
+        return 77;
+    }
+    if (os != DION_SUCCESS) FAIL("open: %s", why);
+    dion__engine_caps_t caps;
+    E->query(g_e, &caps);
+    dion__engine_addr_t self;
+    CHECK_OK(E->address(g_e, &self));
+    CHECK_OK(E->connect(g_e, &self, 1));
+    const size_t wbytes = 1u << 16;
+    uint8_t *win = aligned_alloc(4096, wbytes), *src = aligned_alloc(4096, wbytes);
+    memset(win, 0, wbytes);
+    dion__engine_mr_t *wmr, *smr;
+    dion__engine_rkey_t wkey, skey;
+    CHECK_OK(E->mem_reg(g_e, win, wbytes, DION__ENGINE_MEM_HOST, &wmr, &wkey));
+    CHECK_OK(E->mem_reg(g_e, src, wbytes, DION__ENGINE_MEM_HOST, &smr, &skey));
+    g_rec = calloc(MAXCOOKIES, sizeof *g_rec);
+    uint64_t rs = 0x5eed0000ull ^ (uint64_t)getpid();
+    for (size_t i = 0; i < wbytes; i++) src[i] = pat(0x77, i);
+    /* a put that works first (flush mode: its key is checked and confirmed) */
+    post_t ok = {.kind = 0, .peer = 0, .lmr = smr, .local = src, .rk = &wkey, .roff = 64, .bytes = 256};
+    wait_op(post_op(&ok), 1);
+
+    /* 1: refused from the first post. A put, an ordered put, an ordered add, a get: queued, in that order. */
+    dion__ofi_test_refuse_peer = 0;
+    uint64_t c[4];
+    size_t len[4], off[4];
+    for (int i = 0; i < 4; i++) {
+        len[i] = i == 2 ? 8 : 1 + rng_next(&rs) % 4096;
+        off[i] = (rng_next(&rs) % (wbytes - 4096)) & ~(size_t)7;
+    }
+    double t0 = now_s();
+    post_t ops[4] = {
+        {.kind = 0, .peer = 0, .lmr = smr, .local = src, .rk = &wkey, .roff = off[0], .bytes = len[0]},
+        {.kind = 0,
+         .peer = 0,
+         .lmr = smr,
+         .local = src + 8,
+         .rk = &wkey,
+         .roff = off[1],
+         .bytes = len[1],
+         .flags = DION__ENGINE_F_ORDERED},
+        {.kind = 2,
+         .peer = 0,
+         .rk = &wkey,
+         .roff = off[2],
+         .amo = DION__ENGINE_AMO_ADD,
+         .operand = 5,
+         .flags = DION__ENGINE_F_ORDERED},
+        {.kind = 1, .peer = 0, .lmr = smr, .local = src + 4096, .rk = &wkey, .roff = off[3], .bytes = len[3]},
+    };
+    for (int i = 0; i < 4; i++) c[i] = post_op(&ops[i]);
+    if (E->pending(g_e, 0) != 4)
+        FAIL("refuse: %u operations pending, expected the 4 refused", E->pending(g_e, 0));
+    int order[4];
+    wait_all_order(c, 4, order, T + 20);
+    double dt = now_s() - t0;
+    for (int i = 0; i < 4; i++) {
+        if (order[i] != i) FAIL("refuse: operation %d completed %d-th: out of order", order[i], i);
+        if (g_rec[c[i]].status != DION_ERR_TIMEOUT)
+            FAIL("refuse: operation %d ended with %s, expected DION_ERR_TIMEOUT", i,
+                 dion_status_string(g_rec[c[i]].status));
+    }
+    if (dt < T * 0.9) FAIL("refuse: failed after %.2f s, before DION_OFI_OP_TIMEOUT (%.1f s)", dt, T);
+    const char *w0 = why_of(c[0]);
+    char want[160];
+    snprintf(want, sizeof want, "put of %zu bytes to rank 0 at offset %zu was not accepted", len[0], off[0]);
+    const char *rp = strstr(w0, "(-FI_EAGAIN, ");
+    if (!strstr(w0, want) || !rp || atoi(rp + 13) < 1 || !strstr(w0, "retries") ||
+        !strstr(w0, "DION_OFI_OP_TIMEOUT"))
+        FAIL("refuse: the refused put's sentence is '%s' (expected '%s ... (-FI_EAGAIN, N retries)')", w0,
+             want);
+    snprintf(want, sizeof want, "queued behind a put of %zu bytes at offset %zu to that rank", len[0],
+             off[0]);
+    static const char *const names[4] = {"put", "put", "atomic add", "get"};
+    for (int i = 1; i < 4; i++) {
+        const char *w = why_of(c[i]);
+        char head[96];
+        snprintf(head, sizeof head, "%s of %zu bytes to rank 0 at offset %zu", names[i], len[i], off[i]);
+        if (!strstr(w, want) || !strstr(w, head) || !strstr(w, "-FI_EAGAIN"))
+            FAIL("refuse: operation %d's sentence is '%s' (expected '%s' and '%s')", i, w, head, want);
+    }
+    if (E->pending(g_e, -1))
+        FAIL("refuse: %u operations still pending after their failure", E->pending(g_e, -1));
+    printf("refuse 1: 4 operations failed in order after %.2f s: '%s'; then '%s'\n", dt, w0, why_of(c[1]));
+
+    /* the engine works again once the provider takes posts */
+    dion__ofi_test_refuse_peer = -1;
+    post_t again = {
+        .kind = 0, .peer = 0, .lmr = smr, .local = src + 100, .rk = &wkey, .roff = 8192, .bytes = 777};
+    wait_op(post_op(&again), 1);
+    if (memcmp(win + 8192, src + 100, 777)) FAIL("refuse: the put after the refusals did not land");
+
+    /* 2: a put the provider takes, then refusals (flush mode: its confirming fetch is refused too): the two
+     * puts after it fail behind whatever failed first, in order, within the timeout */
+    int nerr0 = g_nerr;
+    uint64_t d[3];
+    post_t p2[3];
+    for (int i = 0; i < 3; i++) {
+        p2[i] = (post_t){.kind = 0,
+                         .peer = 0,
+                         .lmr = smr,
+                         .local = src + i,
+                         .rk = &wkey,
+                         .roff = 16384 + (size_t)i * 4096,
+                         .bytes = 1 + rng_next(&rs) % 4000};
+        d[i] = post_op(&p2[i]);
+        if (i == 0) dion__ofi_test_refuse_peer = 0; /* before any poll */
+    }
+    t0 = now_s();
+    wait_all_order(d, 3, order, T + 20);
+    for (int i = 0; i < 3; i++)
+        if (order[i] != i) FAIL("refuse 2: operation %d completed %d-th: out of order", order[i], i);
+    if (g_rec[d[1]].status == DION_SUCCESS || g_rec[d[2]].status == DION_SUCCESS)
+        FAIL("refuse 2: a put posted while the provider refuses everything succeeded");
+    if (!strstr(why_of(d[2]), "queued behind"))
+        FAIL("refuse 2: the last put's sentence is '%s'", why_of(d[2]));
+    printf("refuse 2 (%s): the first put %s%s%s; the next: '%s'\n", caps.order,
+           g_rec[d[0]].status == DION_SUCCESS ? "completed" : "failed: '",
+           g_rec[d[0]].status == DION_SUCCESS ? "" : why_of(d[0]),
+           g_rec[d[0]].status == DION_SUCCESS ? "" : "'", why_of(d[1]));
+    (void)nerr0;
+    dion__ofi_test_refuse_peer = -1;
+    if (E->pending(g_e, -1)) FAIL("refuse 2: %u operations still pending", E->pending(g_e, -1));
+    CHECK_OK(E->mem_dereg(g_e, wmr));
+    CHECK_OK(E->mem_dereg(g_e, smr));
+    E->close(g_e);
+    free(win);
+    free(src);
+    free(g_rec);
+    printf("ok: refused operations fail in order within DION_OFI_OP_TIMEOUT\n");
+    return 0;
+}
+
+/* The per-peer bound (DION_OFI_PEER_OPS) over shm, one rank talking to itself: 2000 8-byte puts posted
+ * without polling between them (except when the engine is full) fill shm's command queue unless the engine
+ * holds them back. expect "none": no post refused (the bound keeps the queue below shm's limit) and some
+ * held; "some": the provider refused posts (DION_OFI_PEER_OPS=0, the unbounded engine: shows the test can
+ * tell). Data checked. */
+static int mode_bound(const char *expect)
+{
+    setenv("DION_OFI_PROVIDER", "shm", 1);
+    char why[512];
+    dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
+    dion_status_t os = E->open(&oa, &g_e, why, sizeof why);
+    if (os == DION_ERR_UNSUPPORTED) {
+        printf("SKIP: the ofi engine cannot open shm here: %s\n", why);
+        return 77;
+    }
+    if (os != DION_SUCCESS) FAIL("open: %s", why);
+    if (!E->counts) FAIL("bound: the ofi engine has no counts slot");
+    dion__engine_addr_t self;
+    CHECK_OK(E->address(g_e, &self));
+    CHECK_OK(E->connect(g_e, &self, 1));
+    enum { NPUT = 2000 };
+    const size_t wbytes = NPUT * 8 + 4096;
+    uint8_t *win = aligned_alloc(4096, (wbytes + 4095) & ~(size_t)4095), *src = aligned_alloc(4096, 8192);
+    memset(win, 0, wbytes);
+    for (size_t i = 0; i < 8192; i++) src[i] = pat(0x5a, i);
+    dion__engine_mr_t *wmr, *smr;
+    dion__engine_rkey_t wkey, skey;
+    CHECK_OK(E->mem_reg(g_e, win, wbytes, DION__ENGINE_MEM_HOST, &wmr, &wkey));
+    CHECK_OK(E->mem_reg(g_e, src, 8192, DION__ENGINE_MEM_HOST, &smr, &skey));
+    g_rec = calloc(MAXCOOKIES, sizeof *g_rec);
+    post_t first = {.kind = 0, .peer = 0, .lmr = smr, .local = src, .rk = &wkey, .roff = 0, .bytes = 8};
+    wait_op(post_op(&first), 1); /* the key check, and a flush */
+    dion__engine_counts_t c0, c1;
+    E->counts(g_e, &c0);
+    uint64_t *ck = calloc(NPUT, sizeof *ck);
+    for (int k = 0; k < NPUT; k++) {
+        post_t p = {.kind = 0,
+                    .peer = 0,
+                    .lmr = smr,
+                    .local = src + (size_t)(k % 1000) * 8,
+                    .rk = &wkey,
+                    .roff = 4096 + (size_t)k * 8,
+                    .bytes = 8};
+        ck[k] = post_op(&p); /* polls only while the engine is full */
+    }
+    for (int k = 0; k < NPUT; k++) wait_op(ck[k], 1);
+    E->counts(g_e, &c1);
+    for (int k = 0; k < NPUT; k++)
+        if (memcmp(win + 4096 + (size_t)k * 8, src + (size_t)(k % 1000) * 8, 8))
+            FAIL("bound: put %d did not land", k);
+    uint64_t refused = c1.refused - c0.refused, held = c1.held - c0.held;
+    printf("bound: %d puts: %llu posts, %llu held, %llu refused by the provider, %llu flushes\n", NPUT,
+           (unsigned long long)(c1.posts - c0.posts), (unsigned long long)held, (unsigned long long)refused,
+           (unsigned long long)(c1.flushes - c0.flushes));
+    if (!strcmp(expect, "none") && (refused || !held))
+        FAIL("bound: expected no refused post and some held by the bound, got %llu refused, %llu held",
+             (unsigned long long)refused, (unsigned long long)held);
+    if (!strcmp(expect, "some") && !refused)
+        FAIL("bound: without the bound shm should have refused posts (its queue holds 512 writes)");
+    CHECK_OK(E->mem_dereg(g_e, wmr));
+    CHECK_OK(E->mem_dereg(g_e, smr));
+    E->close(g_e);
+    free(win);
+    free(src);
+    free(ck);
+    free(g_rec);
+    printf("ok: bound %s\n", expect);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "bound")) {
+        alarm(60);
+        return mode_bound(argv[2]);
+    }
+    if (argc == 3 && !strcmp(argv[1], "refuse")) {
+        alarm(60);
+        return mode_refuse(argv[2]);
+    }
     if (argc == 2 && !strcmp(argv[1], "stage")) return mode_stage();
     if (argc == 2 && !strcmp(argv[1], "missing")) return mode_missing();
     if (argc < 3) {

@@ -52,6 +52,10 @@ typedef struct {
     int connect_ondemand; /* 1: an engine with peer_addr_bytes connects each peer at its first post instead
                              (verbs, DION_IB_CONNECT): the caller exchanges one address per rank through
                              address/connect, and posts to a peer return BUSY until its connection is up */
+    uint64_t max_eager;   /* 0, or the largest put the provider sends in one piece without holding back later
+                             operations to that peer (shm: its inject size; larger writes go through its
+                             segmentation buffers, one transfer per peer at a time, every other post refused
+                             until it is done) */
 } dion__engine_caps_t;
 
 enum {
@@ -109,6 +113,15 @@ typedef struct {
     int peer;
     char why[512]; /* when status is not DION_SUCCESS: a sentence naming the operation, peer and cause */
 } dion__engine_cqe_t;
+
+/* Counts of an engine's work (counts slot). */
+typedef struct {
+    uint64_t posts;   /* operations the provider took */
+    uint64_t held;    /* operations queued in the engine first: for order, behind a refused one, or over the
+                         per-peer bound (DION_OFI_PEER_OPS) */
+    uint64_t refused; /* posts the provider refused for lack of resources (-FI_EAGAIN), each retry counted */
+    uint64_t flushes; /* the engine's own fetches that confirm writes (ofi, shm's flush mode) */
+} dion__engine_counts_t;
 
 typedef struct dion__engine_ops {
     uint32_t version; /* DION__ENGINE_VERSION */
@@ -197,6 +210,9 @@ typedef struct dion__engine_ops {
      * block itself needs no lock. Does not block. */
     int (*wait_arm)(dion__engine_t *e, int *fd);
 
+    /* Optional: what the engine did so far (the counts of its closing log line), for tests and benchmarks. */
+    void (*counts)(dion__engine_t *e, dion__engine_counts_t *out);
+
     /* Optional (NULL: none). A put of bytes from src (inside lmr) to rkey at roff followed by an ORDERED add
      * (sig_add 1) or set (0) of value on the 8-byte word at soff of skey, as one operation with one
      * completion (cookie): the data is in place before the signal changes, and the completion means both
@@ -221,5 +237,8 @@ static inline int dion__engine_awake(const dion__engine_ops_t *E, dion__engine_t
  * library's headers still exists: its open says so. */
 extern const dion__engine_ops_t dion__engine_verbs;
 extern const dion__engine_ops_t dion__engine_ofi;
+/* Test hook (tests only): while it names a peer, the ofi engine treats every post to that peer as refused for
+ * lack of resources (-FI_EAGAIN), as a provider does whose peer stopped draining its queue. -1: off. */
+extern volatile int dion__ofi_test_refuse_peer;
 
 #endif

@@ -24,6 +24,8 @@
 #include "engine.h"
 #include "src/internal.h"
 
+volatile int dion__ofi_test_refuse_peer = -1;
+
 #if DION_HAVE_FABRIC
 
 #include "ofi.h"
@@ -294,6 +296,11 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         snprintf(why, cap, "%s", dion_last_error());
         return DION_ERR_INVALID_ARG;
     }
+    long long peer_ops = -1;
+    if (dion__cfg_int("DION_OFI_PEER_OPS", -1, 1 << 24, &peer_ops) != DION_SUCCESS) {
+        snprintf(why, cap, "%s", dion_last_error());
+        return DION_ERR_INVALID_ARG;
+    }
     dion__engine_t *e = calloc(1, sizeof *e);
     if (!e) {
         snprintf(why, cap, "ofi engine: out of memory");
@@ -331,6 +338,16 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
     uint32_t nops = a->max_ops ? a->max_ops : 1024;
     if (i->tx_attr->size && nops > i->tx_attr->size) nops = (uint32_t)i->tx_attr->size;
     if (nops < 8) nops = 8;
+    /* The per-peer bound: shm's target takes every peer's commands into one queue (rx size entries, an RMA
+     * takes two) and refuses a post once it is nearly full; a refused post is retried on every pass, each
+     * retry taking the target's queue lock. Holding operations here instead costs nothing. */
+    if (peer_ops < 0 && !strcmp(dion__ofi_prov_name(i), "shm")) {
+        size_t q = i->rx_attr && i->rx_attr->size ? i->rx_attr->size : 1024;
+        size_t senders = a->nranks > 1 ? (size_t)a->nranks - 1 : 1;
+        peer_ops = (long long)(q / 4 / senders);
+        if (peer_ops < 16) peer_ops = 16;
+    }
+    e->peer_cap = peer_ops > 0 ? (uint32_t)peer_ops : 0;
     step = "fi_cq_open";
     if ((rc = cq_open(e, nops + (e->msg ? 256u : 0u)))) goto fi_err; /* and message receives */
     step = "fi_endpoint";
@@ -509,8 +526,9 @@ static void ofi_query(dion__engine_t *e, dion__engine_caps_t *c)
     c->delivery_complete = e->delivered;
     c->manual_progress = e->info->domain_attr->data_progress != FI_PROGRESS_AUTO;
     c->peer_notice = e->peer_notice;
-    c->max_ops = e->nops;
+    c->max_ops = e->nops - OFI_RESERVE; /* the rest are the engine's own */
     c->max_msg = e->info->ep_attr->max_msg_size;
+    if (!strcmp(dion__ofi_prov_name(e->info), "shm")) c->max_eager = e->info->tx_attr->inject_size;
     c->api_version = e->fi->version();
 }
 
@@ -561,7 +579,7 @@ static dion_status_t ofi_connect(dion__engine_t *e, const dion__engine_addr_t *a
                                    "ofi connect: fi_av_insert of rank %d's address failed: %s", r,
                                    rc < 0 ? e->fi->strerror(-rc) : "address rejected");
         }
-        p[r].qhead = p[r].qtail = p[r].shead = p[r].mhead = p[r].mtail = OFI_NONE;
+        p[r].qhead = p[r].qtail = p[r].shead = p[r].fpend = p[r].mhead = p[r].mtail = OFI_NONE;
         uint64_t t[3];
         memcpy(t, all[r].bytes + DION__ENGINE_ADDR_MAX - FLUSH_TRAILER, sizeof t);
         if (e->flush && all[r].len <= DION__ENGINE_ADDR_MAX - FLUSH_TRAILER && t[0] == FLUSH_MAGIC) {
@@ -647,6 +665,7 @@ const dion__engine_ops_t dion__engine_ofi = {
     .close = ofi_close,
     .served = dion__ofi_served,
     .wait_arm = ofi_wait_arm,
+    .counts = dion__ofi_counts,
     .put_signal = dion__ofi_put_signal,
 };
 

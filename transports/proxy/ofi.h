@@ -14,7 +14,8 @@
 #include "ofi_sym.h"
 #include "src/internal.h"
 
-#define OFI_NONE UINT32_MAX
+#define OFI_NONE    UINT32_MAX
+#define OFI_RESERVE 4u /* operation slots only the engine's own flushes and key checks take */
 
 enum { ORDER_MSG, ORDER_FENCE, ORDER_WAIT };
 
@@ -49,6 +50,22 @@ static inline double ofi_hist_q(const ofi_hist_t *h, double q)
     return 0;
 }
 
+/* Failures the engine decides itself (op_t.fail). REFUSED: still queued DION_OFI_OP_TIMEOUT after it was
+ * handed over, the provider refusing every post of it (-FI_EAGAIN); POST: a held operation's post failed;
+ * SENT: taken by the provider, its delivery never confirmed by a later fetch; NOCOMP: taken, never
+ * completed; BEHIND: queued to the same peer behind one of these, so never posted (order). */
+enum { FAIL_NONE, FAIL_REFUSED, FAIL_POST, FAIL_SENT, FAIL_NOCOMP, FAIL_BEHIND };
+
+/* What an operation that failed was: enough for the sentences of those queued behind it. */
+typedef struct {
+    const char *name;
+    size_t bytes;
+    uint64_t roff;
+    uint32_t tries;
+    uint8_t fail; /* FAIL_* of that operation */
+    int err;      /* FAIL_POST: the provider's error (negative) */
+} ofi_cause_t;
+
 typedef struct {
     struct fi_context2 ctx; /* first: completions give back its address */
     uint64_t operand, compare, result;
@@ -63,12 +80,17 @@ typedef struct {
     dion_status_t status; /* READY: the completion's status */
     uint32_t next;        /* free list, the peer's queue or its list of SENT writes */
     uint8_t state, kind, amo, cls, ordered;
-    uint8_t flushed;  /* a write (or a plain add or set) posted without FI_DELIVERY_COMPLETE: a later fetch
-                         confirms it */
-    uint8_t internal; /* the engine's own flush or key check: no completion for the caller */
-    uint32_t vk;      /* flushed write: its (peer, key) entry (vkey_t) while the key is unchecked for klen
-                         bytes, else OFI_NONE; key check (internal): the entry it checks */
-    uint64_t klen;    /* the region size the write's remote key was given with, or the size checked */
+    uint8_t flushed;   /* a write (or a plain add or set) posted without FI_DELIVERY_COMPLETE: a later fetch
+                          confirms it */
+    uint8_t internal;  /* the engine's own flush or key check: no completion for the caller */
+    uint32_t vk;       /* flushed write: its (peer, key) entry (vkey_t) while the key is unchecked for klen
+                          bytes, else OFI_NONE; key check (internal): the entry it checks */
+    uint64_t klen;     /* the region size the write's remote key was given with, or the size checked */
+    uint64_t sub_ns;   /* handed to the engine: DION_OFI_OP_TIMEOUT runs from here */
+    uint32_t tries;    /* posts of it the provider refused for lack of resources (-FI_EAGAIN) */
+    uint8_t counted;   /* taken by the provider: counted in its peer's inflight until retired or abandoned */
+    uint8_t fail;      /* READY: a failure the engine decided (FAIL_*), worded by ready_emit */
+    ofi_cause_t cause; /* FAIL_BEHIND: the failed operation it was queued behind; FAIL_POST: the error */
     /* OP_MSG (DION_OFI_SIGNAL=msg, ofi_msg.c): data at rkey/roff (bytes may be 0: a signal alone), then the
      * signal (amo: ADD or SET of operand) on the word at soff of skey; mseq: its number to the peer; compare:
      * the target's refusal code once acknowledged */
@@ -102,6 +124,7 @@ typedef struct {
     uint64_t delivered; /* every operation below this seq has been processed by the peer */
     uint64_t smax;      /* highest seq among the SENT writes */
     uint32_t shead;     /* SENT writes waiting for confirmation (a list through op_t.next) */
+    uint32_t fpend;     /* a flush the provider refused, posted before the queue (it orders nothing) */
     uint8_t flushing, wanted;
     /* message mode (ofi_msg.c): sent messages waiting for the peer's acknowledgement, in order */
     uint64_t mtx; /* messages sent to the peer */
@@ -186,6 +209,9 @@ struct dion__engine {
     ofi_hist_t h_msg; /* a message's post to its acknowledgement (the peer's poll and back) */
     op_t *ops;
     uint32_t nops, free_head, inflight_total, queued_total; /* totals over the peers: pending(-1) */
+    uint32_t used;     /* slots not free: expire scans only while some are */
+    uint32_t peer_cap; /* DION_OFI_PEER_OPS: unconfirmed operations per peer (0: no bound) */
+    uint32_t fpend_n;  /* peers with a refused flush waiting (peer_t.fpend) */
     struct dion__engine_mr ops_mr;
 };
 
@@ -232,5 +258,6 @@ void dion__ofi_ready_push(dion__engine_t *e, op_t *o, dion_status_t st);
 void dion__ofi_settle(dion__engine_t *e, peer_t *p, uint64_t below, dion_status_t st);
 void dion__ofi_op_free(dion__engine_t *e, op_t *o);
 uint32_t dion__ofi_pending(dion__engine_t *e, int peer);
+void dion__ofi_counts(dion__engine_t *e, dion__engine_counts_t *out);
 
 #endif

@@ -398,6 +398,19 @@ static int dion__px_fetches(uint8_t op)
     return op == DION_PROXY_OP_FETCH_ADD || op == DION_PROXY_OP_COMPARE_SWAP;
 }
 
+/* prestage (dion__proxy_exec_t): a ring's staged sources copied without a wait; the first execute of the pass
+ * waits once for every ring's copies. */
+static void dion__px_prestage(void *arg, uint32_t thread, dion__proxy_ring_t *r, dion_proxy_cmd_t *cmds,
+                              uint32_t n)
+{
+    (void)thread;
+    dion__pxc_t *pc = arg;
+    pthread_mutex_lock(&pc->mu);
+    dion__pxg_t *g = dion__px_glue(pc, r);
+    if (g) dion__pxs_stage_sources_run(pc, g, cmds, n, 0);
+    pthread_mutex_unlock(&pc->mu);
+}
+
 static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ring_t *r,
                                       dion_proxy_cmd_t *cmds, uint32_t n, uint32_t *taken)
 {
@@ -569,7 +582,12 @@ static dion_status_t dion__px_threads(dion__pxc_t *pc)
     uint32_t k = 0;
     for (dion__pxd_t *d = pc->devs; d; d = d->next)
         for (uint32_t i = 0; i < d->nrings; i++) all[k++] = d->rings[i];
-    dion__proxy_exec_t ex = {dion__px_execute, dion__px_progress, pc, dion__px_wait, 0};
+    dion__proxy_exec_t ex = {dion__px_execute,
+                             dion__px_progress,
+                             pc,
+                             dion__px_wait,
+                             0,
+                             DION__PXS_PRESTAGE && pc->stage_on ? dion__px_prestage : NULL};
     if (pc->e) {
         dion__engine_caps_t caps;
         pc->E->query(pc->e, &caps);
