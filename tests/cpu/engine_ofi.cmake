@@ -66,6 +66,9 @@ foreach(prov tcp shm)
   dion_test(NAME engine_ofi_refuse_${prov} COMMAND test_engine_ofi refuse ${prov} LABELS "host;cpu" TIMEOUT 90
             ENV "DION_OFI_OP_TIMEOUT=1s")
 endforeach()
+# and with signals as messages (DION_OFI_SIGNAL=msg): an unacknowledged message fails like any operation
+dion_test(NAME engine_ofi_refuse_shm_msgsig COMMAND test_engine_ofi refuse shm LABELS "host;cpu" TIMEOUT 90
+          ENV "DION_OFI_OP_TIMEOUT=1s;DION_OFI_SIGNAL=msg")
 
 # The same through the whole proxy path: quiet returns the error, dion_dev_check the sentence; the engine works after.
 add_executable(proxy_refuse_cpu ${CMAKE_CURRENT_SOURCE_DIR}/proxy_refuse_cpu.c)

@@ -199,10 +199,10 @@ ssize_t dion__ofi_msg_submit(dion__engine_t *e, op_t *o)
                       .skey = o->skey,
                       .soff = o->soff,
                       .value = o->operand,
-                      .bytes = (uint32_t)o->bytes,
+                      .bytes = o->local ? (uint32_t)o->bytes : 0u,
                       .sig = o->amo == DION__ENGINE_AMO_ADD ? 1u : 2u};
-    if (o->bytes) memcpy(m.bytes + sizeof m.h, o->local, o->bytes);
-    return fi_inject(e->ep, &m, sizeof m.h + o->bytes, p->addr);
+    if (m.h.bytes) memcpy(m.bytes + sizeof m.h, o->local, m.h.bytes);
+    return fi_inject(e->ep, &m, sizeof m.h + m.h.bytes, p->addr);
 }
 
 /* After a message went out: its number, and its place in the peer's list of unacknowledged ones. */

@@ -14,7 +14,7 @@ static const char *const amo_names[] = {"atomic add", "atomic set", "fetch-add",
 static const char *op_name(const op_t *o)
 {
     if (o->internal) return o->vk == OFI_NONE ? "flush" : "key check";
-    if (o->kind == OP_MSG && !o->bytes) return "signal message";
+    if (o->kind == OP_MSG && !o->local) return amo_names[o->amo]; /* a signal alone, as a message */
     return o->kind == OP_AMO ? amo_names[o->amo] : kind_names[o->kind];
 }
 
@@ -735,10 +735,7 @@ dion_status_t dion__ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t o
     if (o->cls == CLS_WRITE && dion__ofi_msg_may_carry(e, peer, NULL, 0, rk, rk)) {
         o->kind = OP_MSG;
         o->skey = rk->key;
-        o->soff = roff;
-        o->rkey = 0;
-        o->roff = 0;
-        o->bytes = 0;
+        o->soff = roff; /* roff and bytes (8) stay for the sentences; no local data: no put in it */
         o->local = NULL;
         return post(e, o);
     }
