@@ -198,16 +198,24 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "completed. auto: msg_order for tcp, and for shm where it grants FI_ORDER_WAW and FI_ORDER_RAW (shm's "
      "writes then go without FI_DELIVERY_COMPLETE and a later fetch to the peer confirms them), else wait.",
      NULL},
-    {"DION_OFI_SIGNAL", DION_CFG_ENUM, "auto", "auto|fetch|plain",
+    {"DION_OFI_SIGNAL", DION_CFG_ENUM, "auto", "auto|fetch|plain|msg",
      "How the ofi engine posts signals (atomic add and set) where writes are confirmed by a later fetch "
      "(shm with message order). fetch: fetching atomics, complete once applied; plain: plain atomics, "
      "which the target applies with less work, confirmed like writes by a later fetch (one more "
-     "operation per lone signal). auto: fetch.",
+     "operation per lone signal); msg (shm with message order, and tcp): a put_signal of up to 256 bytes "
+     "into host memory, and a signal alone, go as one message that the target's proxy applies (data, then "
+     "the signal word, with a CPU atomic) and acknowledges. auto: fetch.",
      NULL},
     {"DION_OFI_OP_TIMEOUT", DION_CFG_DURATION, "30s", NULL,
      "An ofi operation without a completion after this long is reported as failed (DION_ERR_TIMEOUT), so "
      "that a provider that drops an error (shm after a refused access) or a vanished peer cannot hang the "
      "proxy; 0 waits forever.",
+     NULL},
+    {"DION_OFI_PEER_OPS", DION_CFG_INT, "-1", NULL,
+     "Operations the ofi engine keeps unconfirmed per peer (posted, not yet known processed by it); more "
+     "wait in the engine's queue for that peer, so that the provider is not driven into refusing posts "
+     "(-FI_EAGAIN) that are then retried on every pass. -1: for shm, a quarter of the target's command "
+     "queue shared by the peers that send to it, at least 16; no bound for other providers. 0: no bound.",
      NULL},
     {"DION_OFI_LIBRARY", DION_CFG_STRING, "libfabric.so.1", NULL,
      "The libfabric shared library the ofi engine loads at run time (a name for the loader's search, or a "

@@ -56,6 +56,13 @@ dion_test(NAME conf_cpu_proxy_plainsig_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2
 dion_test(NAME conf_cpu_proxy_stress_plainsig_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> stress
           LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_OFI_SIGNAL=plain;DT_STRESS_COUNT=200")
 set_tests_properties(conf_cpu_proxy_plainsig_shm_2 conf_cpu_proxy_stress_plainsig_shm_2 PROPERTIES RUN_SERIAL TRUE)
+# shm with small put_signals and signals as one message each (DION_OFI_SIGNAL=msg): the suite and the stress.
+dion_test(NAME conf_cpu_proxy_msgsig_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 200 $<TARGET_FILE:conformance_cpu> all
+          LABELS "host;cpu" TIMEOUT 240
+          ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_OFI_SIGNAL=msg;DT_STREAM_COUNT=2000")
+dion_test(NAME conf_cpu_proxy_stress_msgsig_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> stress
+          LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_OFI_SIGNAL=msg;DT_STRESS_COUNT=200")
+set_tests_properties(conf_cpu_proxy_msgsig_shm_2 conf_cpu_proxy_stress_msgsig_shm_2 PROPERTIES RUN_SERIAL TRUE)
 # Every window staged through host shadows and notices (DION_PROXY_STAGING=always), as GPU windows are where
 # the provider cannot register GPU memory: the suite, 2 and 3 ranks over tcp, 2 over shm, and the stress. Every
 # staged put takes one more hop (the owner's proxy applies it): on the shared 2-core CI machine at load ~80 one

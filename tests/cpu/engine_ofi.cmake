@@ -25,6 +25,11 @@ endforeach()
 # checks every add and set is applied when it completes, D that signals stay behind their data.
 dion_test(NAME engine_ofi_shm_3_plainsig COMMAND test_engine_ofi shm 3 LABELS "host;cpu" TIMEOUT 200
           ENV "DION_OFI_SIGNAL=plain;DION_OFI_OP_TIMEOUT=${DION_OFI_OPTO_shm}")
+# shm with small put_signals and signals as one message each, applied by the target's engine and acknowledged
+# (DION_OFI_SIGNAL=msg): G checks data before signal with random sizes around the message bound and adds of
+# several sources to one word, F that each signal is applied when it completes, D the order behind data.
+dion_test(NAME engine_ofi_shm_3_msgsig COMMAND test_engine_ofi shm 3 LABELS "host;cpu" TIMEOUT 200
+          ENV "DION_OFI_SIGNAL=msg;DION_OFI_OP_TIMEOUT=${DION_OFI_OPTO_shm}")
 dion_test(NAME engine_ofi_auto_2 COMMAND test_engine_ofi auto 2 LABELS "host;cpu" TIMEOUT 200
           ENV "DION_OFI_OP_TIMEOUT=20s")
 dion_test(NAME engine_ofi_staging COMMAND test_engine_ofi stage LABELS "host;cpu" TIMEOUT 120
@@ -54,3 +59,28 @@ target_link_libraries(staged_rate_cpu PRIVATE dion_internal Threads::Threads)
 dion_test(NAME staged_rate_cpu_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:staged_rate_cpu> 16 2 16 2
           LABELS "host;cpu" TIMEOUT 150
           ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DION_PROXY_STAGING=always")
+
+# A peer whose provider refuses every post (-FI_EAGAIN; a test hook stands for a peer that stopped draining its
+# queue): the refused operation and those queued behind it fail in order within DION_OFI_OP_TIMEOUT, with sentences.
+foreach(prov tcp shm)
+  dion_test(NAME engine_ofi_refuse_${prov} COMMAND test_engine_ofi refuse ${prov} LABELS "host;cpu" TIMEOUT 90
+            ENV "DION_OFI_OP_TIMEOUT=1s")
+endforeach()
+# and with signals as messages (DION_OFI_SIGNAL=msg): an unacknowledged message fails like any operation
+dion_test(NAME engine_ofi_refuse_shm_msgsig COMMAND test_engine_ofi refuse shm LABELS "host;cpu" TIMEOUT 90
+          ENV "DION_OFI_OP_TIMEOUT=1s;DION_OFI_SIGNAL=msg")
+
+# The same through the whole proxy path: quiet returns the error, dion_dev_check the sentence; the engine works after.
+add_executable(proxy_refuse_cpu ${CMAKE_CURRENT_SOURCE_DIR}/proxy_refuse_cpu.c)
+target_link_libraries(proxy_refuse_cpu PRIVATE dion_internal Threads::Threads)
+foreach(prov tcp shm)
+  dion_test(NAME proxy_refuse_cpu_${prov} COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 60 $<TARGET_FILE:proxy_refuse_cpu>
+            LABELS "host;cpu" TIMEOUT 90
+            ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=${prov};DION_OFI_OP_TIMEOUT=1s")
+endforeach()
+
+# The per-peer bound (DION_OFI_PEER_OPS) over shm: 2000 puts posted without polling are held by the engine, none is
+# refused by the provider; unbounded (=0) shm refuses some (the test can tell the two apart).
+dion_test(NAME engine_ofi_bound_shm COMMAND test_engine_ofi bound none LABELS "host;cpu" TIMEOUT 60)
+dion_test(NAME engine_ofi_bound_shm_unbounded COMMAND test_engine_ofi bound some LABELS "host;cpu" TIMEOUT 60
+          ENV "DION_OFI_PEER_OPS=0")

@@ -2,8 +2,11 @@
  * THREADS threads share CTXS contexts (so up to BLOCKS/CTXS blocks interleave their commands in one ring),
  * every thread puts PER 8-byte words to word t + i*nthreads of rank 1's staged window, from word % 1024 of
  * its own staged window. Rank 1 checks every word; both print the time and the staging counters (notices
- * sent, puts merged into them, notices applied, copies they took). Run with dionrun -n 2 and
- * DION_PROXY_STAGING=always. Usage: staged_rate_cpu BLOCKS THREADS PER [REPS] */
+ * sent, puts merged into them, notices applied, copies they took) and the engine's (posts, operations held,
+ * posts the provider refused). Run with dionrun -n 2 and DION_PROXY_STAGING=always. With MAX_REFUSED, rank 0
+ * fails when the provider refused more than MAX_REFUSED posts per put (each retry counts): many producers
+ * must not drive the provider into refusing (DION_OFI_PEER_OPS). Counts, not times, so it holds on a loaded
+ * machine. Usage: staged_rate_cpu BLOCKS THREADS PER [REPS [MAX_REFUSED]] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +60,7 @@ int main(int argc, char **argv)
     if (argc < 4) return 2;
     unsigned blocks = (unsigned)atoi(argv[1]), threads = (unsigned)atoi(argv[2]);
     int per = atoi(argv[3]), reps = argc > 4 ? atoi(argv[4]) : 3;
+    double max_refused = argc > 5 ? atof(argv[5]) : -1;
     dion_comm_t comm;
     OK(dion_comm_init_env(&comm));
     int rank = dion_comm_rank(comm);
@@ -98,7 +102,19 @@ int main(int argc, char **argv)
                (unsigned long long)pc->n_notes, (unsigned long long)pc->n_merged,
                (unsigned long long)pc->n_applied, (unsigned long long)pc->n_copies,
                (unsigned long long)pc->n_src_puts, (unsigned long long)pc->n_src_copies);
+        dion__engine_counts_t k = {0, 0, 0, 0};
+        if (pc->e && pc->E->counts) pc->E->counts(pc->e, &k);
         pthread_mutex_unlock(&pc->mu);
+        double puts = (double)words * reps;
+        printf("rank %d: engine %llu posts, %llu held, %llu refused (%.3f per put), %llu flushes\n", rank,
+               (unsigned long long)k.posts, (unsigned long long)k.held, (unsigned long long)k.refused,
+               rank ? 0.0 : (double)k.refused / puts, (unsigned long long)k.flushes);
+        if (rank == 0 && max_refused >= 0 && (!pc->E->counts || (double)k.refused > max_refused * puts)) {
+            fprintf(stderr,
+                    "FAIL rank 0: the provider refused %llu posts for %.0f puts (more than %.2f each)\n",
+                    (unsigned long long)k.refused, puts, max_refused);
+            bad = 1;
+        }
     }
     OK(dion_dev_destroy(comm, &dev));
     OK(dion_win_destroy(win));

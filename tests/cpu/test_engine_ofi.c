@@ -9,7 +9,11 @@
  * win; D  put then ORDERED signal (atomic set), many times with random sizes: the receiver, on seeing signal
  * i, finds put i's bytes in place, then acks; F  a put's bytes are at the target (memory every rank maps)
  * when its completion arrives; E  a put with a forged key and one beyond the region give error completions
- * with sentences, within bounds. A helper thread keeps polling the engine (libfabric's tcp and shm serve
+ * with sentences, within bounds; G  put_signals (the engine's one-operation slot where it has one, e.g.
+ * DION_OFI_SIGNAL=msg, else put + ORDERED atomic) of random sizes from every rank to every rank at once, each
+ * into its own place, with sets of a per-source word and adds of one word shared by all sources: whenever a
+ * target sees a source's set, every earlier put of that source is in place, and the shared word ends at the
+ * sum of every source's adds. A helper thread keeps polling the engine (libfabric's tcp and shm serve
  * incoming operations only when polled), so the bootstrap's blocking collectives can be used between phases.
  * Every wait is bounded. Exit 77 (skip) only when the provider cannot be opened here, with the reason. */
 #include <errno.h>
@@ -60,6 +64,8 @@ enum {
     W_CHAIN = 128, /* one per source */
     W_SIG = 192,   /* one per source: ordering test signal */
     W_ACK = 256,   /* one per source: ordering test ack */
+    W_GADD = 320,  /* G: adds of every source */
+    W_GSIG = 384,  /* G: one per source, set to the last put_signal's number */
 };
 #define NCS      16
 #define NFADD    100
@@ -68,6 +74,8 @@ enum {
 #define NGETS    60
 #define NORDITER 600
 #define NRAWITER 20
+#define NG       400 /* G: put_signals per (source, target), each into its own 512-byte place */
+#define GPLACE   512u
 
 static const dion__engine_ops_t *E = &dion__engine_ofi;
 static dion__engine_t *g_e;
@@ -160,6 +168,50 @@ typedef struct {
     uint64_t operand, compare;
     uint32_t flags;
 } post_t;
+
+static uint64_t post_op(const post_t *p);
+static uint64_t g_ps_one, g_ps_two; /* G: put_signals the engine took as one operation, or declined */
+
+/* A put_signal: the engine's slot where it takes it, else put then ORDERED atomic (the proxy's fallback).
+ * Returns the cookie of its last operation. */
+static uint64_t post_put_signal(const post_t *put, const dion__engine_rkey_t *sk, uint64_t soff, int add,
+                                uint64_t value)
+{
+    double end = now_s() + WAIT_S;
+    pthread_mutex_lock(&g_lock);
+    uint64_t c = g_next_cookie++;
+    if (c >= MAXCOOKIES) FAIL("out of cookies");
+    for (;;) {
+        dion_status_t s = DION__ENGINE_DECLINED;
+        if (E->put_signal)
+            s = E->put_signal(g_e, put->peer, put->lmr, put->local, put->rk, put->roff, put->bytes, sk, soff,
+                              add, value, c);
+        if (s == DION_SUCCESS) {
+            g_ps_one++;
+            break;
+        }
+        if (s == DION__ENGINE_DECLINED) {
+            g_ps_two++;
+            g_rec[c].done = 1; /* no operation carries this cookie */
+            pthread_mutex_unlock(&g_lock);
+            post_op(put);
+            post_t a = {.kind = 2,
+                        .peer = put->peer,
+                        .rk = sk,
+                        .roff = soff,
+                        .amo = add ? DION__ENGINE_AMO_ADD : DION__ENGINE_AMO_SET,
+                        .operand = value,
+                        .flags = DION__ENGINE_F_ORDERED};
+            return post_op(&a);
+        }
+        if (s != DION__ENGINE_BUSY)
+            FAIL("put_signal to %d: %s: %s", put->peer, dion_status_string(s), dion_last_error());
+        pump();
+        if (now_s() > end) FAIL("engine stayed busy for %.0f s", WAIT_S);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return c;
+}
 
 static uint64_t post_op(const post_t *p)
 {
@@ -724,6 +776,101 @@ static void rank_main(int rank, int n, const dion_unique_id_t *id)
                    NDELIV, NDELIV);
     }
 
+    /* G: put_signals from every rank to every rank at once (see the top). Not with shm in wait mode
+     * (DION_OFI_ORDER=wait): there libfabric 1.17's shm left signals (fetching sets after writes with
+     * FI_DELIVERY_COMPLETE) without a completion under this stream from 3 ranks (seen 2026-12-01, shmam),
+     * an open finding of that mode, which auto does not choose on shm. */
+    if (!strcmp(caps.provider, "shm") && !strcmp(caps.order, "wait")) {
+        if (rank == 0) printf("G put_signal: skipped (shm in wait mode)\n");
+    } else {
+        uint64_t *gsent = calloc((size_t)n, sizeof *gsent), *gseen = calloc((size_t)n, sizeof *gseen);
+        uint64_t *adds_to = calloc((size_t)n, sizeof *adds_to), gck[64][NSUB];
+        memset(gck, 0, sizeof gck); /* up to NSUB put_signals in flight per target */
+        for (int i = 0; i < NG; i++) {
+            uint64_t st0 = 0x6a09e667ull ^ ((uint64_t)rank << 32) ^ (uint64_t)i;
+            for (int t = 0; t < n; t++) {
+                uint64_t r = rng_next(&st0);
+                /* sizes around the one-message bound (256 bytes), and 0 */
+                size_t len = r % 8 == 0 ? 0 : (size_t)(rng_next(&st0) % 301);
+                size_t off = (size_t)i * GPLACE + rng_next(&st0) % (GPLACE - len + 1);
+                uint64_t seed = (((uint64_t)rank << 48) ^ ((uint64_t)t << 32) ^ (uint64_t)i) | 1;
+                uint8_t *sp = src + (size_t)t * SLICE + (size_t)i * GPLACE;
+                for (size_t k = 0; k < len; k++) sp[k] = pat(seed, k);
+                post_t pp = {.kind = 0,
+                             .peer = t,
+                             .lmr = smr,
+                             .local = sp,
+                             .rk = &keys[t],
+                             .roff = CTL + (size_t)rank * SLICE + off,
+                             .bytes = len};
+                int add = (r >> 8) % 2;
+                if (add) adds_to[t]++;
+                if (gck[t][i % NSUB]) wait_op(gck[t][i % NSUB], 1);
+                gck[t][i % NSUB] =
+                    post_put_signal(&pp, &keys[t], add ? W_GADD * 8 : (W_GSIG + (uint64_t)rank) * 8, add,
+                                    add ? 1 : (uint64_t)i + 1);
+                if (!add) gsent[t] = (uint64_t)i + 1;
+            }
+            /* what the sources' sets say has arrived here: every put before it must be in place */
+            for (int s2 = 0; s2 < n; s2++) {
+                uint64_t v = __atomic_load_n(word(win, W_GSIG + s2), __ATOMIC_ACQUIRE);
+                if (v > NG) FAIL("G: source %d's signal word holds %llu", s2, (unsigned long long)v);
+                for (uint64_t j = gseen[s2]; j < v; j++) {
+                    uint64_t st1 = 0x6a09e667ull ^ ((uint64_t)s2 << 32) ^ j;
+                    for (int t = 0; t < n; t++) {
+                        uint64_t r = rng_next(&st1);
+                        size_t len = r % 8 == 0 ? 0 : (size_t)(rng_next(&st1) % 301);
+                        size_t off = (size_t)j * GPLACE + rng_next(&st1) % (GPLACE - len + 1);
+                        if (t != rank) continue;
+                        uint64_t seed = (((uint64_t)s2 << 48) ^ ((uint64_t)t << 32) ^ j) | 1;
+                        const uint8_t *at = win + CTL + (size_t)s2 * SLICE + off;
+                        for (size_t k = 0; k < len; k++)
+                            if (at[k] != pat(seed, k))
+                                FAIL(
+                                    "G: source %d's signal says put_signal %llu arrived, but put %llu's byte "
+                                    "%zu of %zu is %u, expected %u",
+                                    s2, (unsigned long long)v - 1, (unsigned long long)j, k, len, at[k],
+                                    pat(seed, k));
+                    }
+                }
+                if (v > gseen[s2]) gseen[s2] = v;
+            }
+        }
+        wait_idle();
+        uint64_t *alladds = calloc((size_t)n * n, 8), *allsent = calloc((size_t)n * n, 8);
+        CHECK_OK(dion_comm_allgather(comm, adds_to, (size_t)n * 8, alladds));
+        CHECK_OK(dion_comm_allgather(comm, gsent, (size_t)n * 8, allsent));
+        uint64_t want = 0;
+        for (int s2 = 0; s2 < n; s2++) want += alladds[(size_t)s2 * n + rank];
+        uint64_t got = __atomic_load_n(word(win, W_GADD), __ATOMIC_ACQUIRE);
+        if (got != want)
+            FAIL("G: the word every source added to holds %llu, expected %llu", (unsigned long long)got,
+                 (unsigned long long)want);
+        for (int s2 = 0; s2 < n; s2++) {
+            uint64_t v = __atomic_load_n(word(win, W_GSIG + s2), __ATOMIC_ACQUIRE);
+            if (v != allsent[(size_t)s2 * n + rank])
+                FAIL("G: source %d's last set is %llu here, expected %llu", s2, (unsigned long long)v,
+                     (unsigned long long)allsent[(size_t)s2 * n + rank]);
+        }
+        /* DION_OFI_SIGNAL=msg over shm: the small ones must have gone as one operation, the large ones not */
+        const char *sv = getenv("DION_OFI_SIGNAL");
+        if (sv && !strcmp(sv, "msg") && !strcmp(caps.provider, "shm") && (!g_ps_one || !g_ps_two))
+            FAIL("G: DION_OFI_SIGNAL=msg: %llu put_signals went as one operation and %llu were declined; "
+                 "expected both kinds",
+                 (unsigned long long)g_ps_one, (unsigned long long)g_ps_two);
+        CHECK_OK(dion_comm_barrier(comm));
+        if (rank == 0)
+            printf("G put_signal: %d per pair, 0-300 bytes, sets and shared adds checked (%llu as one "
+                   "operation, "
+                   "%llu as put + signal here)\n",
+                   NG, (unsigned long long)g_ps_one, (unsigned long long)g_ps_two);
+        free(gsent);
+        free(gseen);
+        free(alladds);
+        free(adds_to);
+        free(allsent);
+    }
+
     g_err_allowed = 2;
     {
         /* shm's flush mode (writes confirmed by a later fetch): the target drops a write it refuses and tells
@@ -897,8 +1044,264 @@ static int mode_stage(void)
     return 0;
 }
 
+/* Waits until every cookie in c[0..k) completed (bounded); returns the order they completed in (order[i]: the
+ * i-th to complete, as an index into c). */
+static void wait_all_order(const uint64_t *c, int k, int *order, double bound_s)
+{
+    double end = now_s() + bound_s;
+    int got = 0;
+    while (got < k) {
+        pump();
+        for (int i = 0; i < k; i++)
+            if (g_rec[c[i]].done && g_rec[c[i]].value != UINT64_MAX) {
+                g_rec[c[i]].value = UINT64_MAX; /* seen */
+                order[got++] = i;
+            }
+        if (now_s() > end)
+            FAIL("refuse: %d of %d operations still without a final status after %.0f s (the engine keeps "
+                 "them queued)",
+                 k - got, k, bound_s);
+        sched_yield();
+    }
+}
+
+static const char *why_of(uint64_t c)
+{
+    for (int i = 0; i < g_nerr; i++)
+        if (g_err_cookie[i] == c) return g_err_why[i];
+    return "";
+}
+
+/* An operation the provider refuses for good (-FI_EAGAIN on every post: the test hook stands for a peer that
+ * stopped draining its queue), one rank talking to itself: it and every operation queued behind it to that
+ * peer fail, in order, with a sentence naming the peer, op, size, offset and the refusals, within
+ * DION_OFI_OP_TIMEOUT (set short by the caller), not before; their slots are freed; the engine then works
+ * again. Then a put the provider took, with the refusals starting right after it (flush mode: its confirming
+ * fetch is refused): what follows it fails behind it, in order. */
+static int mode_refuse(const char *prov)
+{
+    setenv("DION_OFI_PROVIDER", prov, 1);
+    const char *tv = getenv("DION_OFI_OP_TIMEOUT");
+    double T = tv ? atof(tv) : 0;
+    if (T <= 0 || T > 10) FAIL("refuse: set DION_OFI_OP_TIMEOUT to a few seconds (e.g. 1s)");
+    char why[512];
+    dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
+    dion_status_t os = E->open(&oa, &g_e, why, sizeof why);
+    if (os == DION_ERR_UNSUPPORTED) {
+        printf("SKIP: the ofi engine cannot open here: %s\n", why);
+        return 77;
+    }
+    if (os != DION_SUCCESS) FAIL("open: %s", why);
+    dion__engine_caps_t caps;
+    E->query(g_e, &caps);
+    dion__engine_addr_t self;
+    CHECK_OK(E->address(g_e, &self));
+    CHECK_OK(E->connect(g_e, &self, 1));
+    const size_t wbytes = 1u << 16;
+    uint8_t *win = aligned_alloc(4096, wbytes), *src = aligned_alloc(4096, wbytes);
+    memset(win, 0, wbytes);
+    dion__engine_mr_t *wmr, *smr;
+    dion__engine_rkey_t wkey, skey;
+    CHECK_OK(E->mem_reg(g_e, win, wbytes, DION__ENGINE_MEM_HOST, &wmr, &wkey));
+    CHECK_OK(E->mem_reg(g_e, src, wbytes, DION__ENGINE_MEM_HOST, &smr, &skey));
+    g_rec = calloc(MAXCOOKIES, sizeof *g_rec);
+    uint64_t rs = 0x5eed0000ull ^ (uint64_t)getpid();
+    for (size_t i = 0; i < wbytes; i++) src[i] = pat(0x77, i);
+    /* a put that works first (flush mode: its key is checked and confirmed) */
+    post_t ok = {.kind = 0, .peer = 0, .lmr = smr, .local = src, .rk = &wkey, .roff = 64, .bytes = 256};
+    wait_op(post_op(&ok), 1);
+
+    /* 1: refused from the first post. A put, an ordered put, an ordered add, a get: queued, in that order. */
+    dion__ofi_test_refuse_peer = 0;
+    uint64_t c[4];
+    size_t len[4], off[4];
+    for (int i = 0; i < 4; i++) {
+        len[i] = i == 2 ? 8 : 1 + rng_next(&rs) % 4096;
+        off[i] = (rng_next(&rs) % (wbytes - 4096)) & ~(size_t)7;
+    }
+    double t0 = now_s();
+    post_t ops[4] = {
+        {.kind = 0, .peer = 0, .lmr = smr, .local = src, .rk = &wkey, .roff = off[0], .bytes = len[0]},
+        {.kind = 0,
+         .peer = 0,
+         .lmr = smr,
+         .local = src + 8,
+         .rk = &wkey,
+         .roff = off[1],
+         .bytes = len[1],
+         .flags = DION__ENGINE_F_ORDERED},
+        {.kind = 2,
+         .peer = 0,
+         .rk = &wkey,
+         .roff = off[2],
+         .amo = DION__ENGINE_AMO_ADD,
+         .operand = 5,
+         .flags = DION__ENGINE_F_ORDERED},
+        {.kind = 1, .peer = 0, .lmr = smr, .local = src + 4096, .rk = &wkey, .roff = off[3], .bytes = len[3]},
+    };
+    for (int i = 0; i < 4; i++) c[i] = post_op(&ops[i]);
+    if (E->pending(g_e, 0) != 4)
+        FAIL("refuse: %u operations pending, expected the 4 refused", E->pending(g_e, 0));
+    int order[4];
+    wait_all_order(c, 4, order, T + 20);
+    double dt = now_s() - t0;
+    for (int i = 0; i < 4; i++) {
+        if (order[i] != i) FAIL("refuse: operation %d completed %d-th: out of order", order[i], i);
+        if (g_rec[c[i]].status != DION_ERR_TIMEOUT)
+            FAIL("refuse: operation %d ended with %s, expected DION_ERR_TIMEOUT", i,
+                 dion_status_string(g_rec[c[i]].status));
+    }
+    if (dt < T * 0.9) FAIL("refuse: failed after %.2f s, before DION_OFI_OP_TIMEOUT (%.1f s)", dt, T);
+    const char *w0 = why_of(c[0]);
+    char want[160];
+    snprintf(want, sizeof want, "put of %zu bytes to rank 0 at offset %zu was not accepted", len[0], off[0]);
+    const char *rp = strstr(w0, "(-FI_EAGAIN, ");
+    if (!strstr(w0, want) || !rp || atoi(rp + 13) < 1 || !strstr(w0, "retries") ||
+        !strstr(w0, "DION_OFI_OP_TIMEOUT"))
+        FAIL("refuse: the refused put's sentence is '%s' (expected '%s ... (-FI_EAGAIN, N retries)')", w0,
+             want);
+    snprintf(want, sizeof want, "queued behind a put of %zu bytes at offset %zu to that rank", len[0],
+             off[0]);
+    static const char *const names[4] = {"put", "put", "atomic add", "get"};
+    for (int i = 1; i < 4; i++) {
+        const char *w = why_of(c[i]);
+        char head[96];
+        snprintf(head, sizeof head, "%s of %zu bytes to rank 0 at offset %zu", names[i], len[i], off[i]);
+        if (!strstr(w, want) || !strstr(w, head) || !strstr(w, "-FI_EAGAIN"))
+            FAIL("refuse: operation %d's sentence is '%s' (expected '%s' and '%s')", i, w, head, want);
+    }
+    if (E->pending(g_e, -1))
+        FAIL("refuse: %u operations still pending after their failure", E->pending(g_e, -1));
+    printf("refuse 1: 4 operations failed in order after %.2f s: '%s'; then '%s'\n", dt, w0, why_of(c[1]));
+
+    /* the engine works again once the provider takes posts */
+    dion__ofi_test_refuse_peer = -1;
+    post_t again = {
+        .kind = 0, .peer = 0, .lmr = smr, .local = src + 100, .rk = &wkey, .roff = 8192, .bytes = 777};
+    wait_op(post_op(&again), 1);
+    if (memcmp(win + 8192, src + 100, 777)) FAIL("refuse: the put after the refusals did not land");
+
+    /* 2: a put the provider takes, then refusals (flush mode: its confirming fetch is refused too): the two
+     * puts after it fail behind whatever failed first, in order, within the timeout */
+    int nerr0 = g_nerr;
+    uint64_t d[3];
+    post_t p2[3];
+    for (int i = 0; i < 3; i++) {
+        p2[i] = (post_t){.kind = 0,
+                         .peer = 0,
+                         .lmr = smr,
+                         .local = src + i,
+                         .rk = &wkey,
+                         .roff = 16384 + (size_t)i * 4096,
+                         .bytes = 1 + rng_next(&rs) % 4000};
+        d[i] = post_op(&p2[i]);
+        if (i == 0) dion__ofi_test_refuse_peer = 0; /* before any poll */
+    }
+    t0 = now_s();
+    wait_all_order(d, 3, order, T + 20);
+    for (int i = 0; i < 3; i++)
+        if (order[i] != i) FAIL("refuse 2: operation %d completed %d-th: out of order", order[i], i);
+    if (g_rec[d[1]].status == DION_SUCCESS || g_rec[d[2]].status == DION_SUCCESS)
+        FAIL("refuse 2: a put posted while the provider refuses everything succeeded");
+    if (!strstr(why_of(d[2]), "queued behind"))
+        FAIL("refuse 2: the last put's sentence is '%s'", why_of(d[2]));
+    printf("refuse 2 (%s): the first put %s%s%s; the next: '%s'\n", caps.order,
+           g_rec[d[0]].status == DION_SUCCESS ? "completed" : "failed: '",
+           g_rec[d[0]].status == DION_SUCCESS ? "" : why_of(d[0]),
+           g_rec[d[0]].status == DION_SUCCESS ? "" : "'", why_of(d[1]));
+    (void)nerr0;
+    dion__ofi_test_refuse_peer = -1;
+    if (E->pending(g_e, -1)) FAIL("refuse 2: %u operations still pending", E->pending(g_e, -1));
+    CHECK_OK(E->mem_dereg(g_e, wmr));
+    CHECK_OK(E->mem_dereg(g_e, smr));
+    E->close(g_e);
+    free(win);
+    free(src);
+    free(g_rec);
+    printf("ok: refused operations fail in order within DION_OFI_OP_TIMEOUT\n");
+    return 0;
+}
+
+/* The per-peer bound (DION_OFI_PEER_OPS) over shm, one rank talking to itself: 2000 8-byte puts posted
+ * without polling between them (except when the engine is full) fill shm's command queue unless the engine
+ * holds them back. expect "none": no post refused (the bound keeps the queue below shm's limit) and some
+ * held; "some": the provider refused posts (DION_OFI_PEER_OPS=0, the unbounded engine: shows the test can
+ * tell). Data checked. */
+static int mode_bound(const char *expect)
+{
+    setenv("DION_OFI_PROVIDER", "shm", 1);
+    char why[512];
+    dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
+    dion_status_t os = E->open(&oa, &g_e, why, sizeof why);
+    if (os == DION_ERR_UNSUPPORTED) {
+        printf("SKIP: the ofi engine cannot open shm here: %s\n", why);
+        return 77;
+    }
+    if (os != DION_SUCCESS) FAIL("open: %s", why);
+    if (!E->counts) FAIL("bound: the ofi engine has no counts slot");
+    dion__engine_addr_t self;
+    CHECK_OK(E->address(g_e, &self));
+    CHECK_OK(E->connect(g_e, &self, 1));
+    enum { NPUT = 2000 };
+    const size_t wbytes = NPUT * 8 + 4096;
+    uint8_t *win = aligned_alloc(4096, (wbytes + 4095) & ~(size_t)4095), *src = aligned_alloc(4096, 8192);
+    memset(win, 0, wbytes);
+    for (size_t i = 0; i < 8192; i++) src[i] = pat(0x5a, i);
+    dion__engine_mr_t *wmr, *smr;
+    dion__engine_rkey_t wkey, skey;
+    CHECK_OK(E->mem_reg(g_e, win, wbytes, DION__ENGINE_MEM_HOST, &wmr, &wkey));
+    CHECK_OK(E->mem_reg(g_e, src, 8192, DION__ENGINE_MEM_HOST, &smr, &skey));
+    g_rec = calloc(MAXCOOKIES, sizeof *g_rec);
+    post_t first = {.kind = 0, .peer = 0, .lmr = smr, .local = src, .rk = &wkey, .roff = 0, .bytes = 8};
+    wait_op(post_op(&first), 1); /* the key check, and a flush */
+    dion__engine_counts_t c0, c1;
+    E->counts(g_e, &c0);
+    uint64_t *ck = calloc(NPUT, sizeof *ck);
+    for (int k = 0; k < NPUT; k++) {
+        post_t p = {.kind = 0,
+                    .peer = 0,
+                    .lmr = smr,
+                    .local = src + (size_t)(k % 1000) * 8,
+                    .rk = &wkey,
+                    .roff = 4096 + (size_t)k * 8,
+                    .bytes = 8};
+        ck[k] = post_op(&p); /* polls only while the engine is full */
+    }
+    for (int k = 0; k < NPUT; k++) wait_op(ck[k], 1);
+    E->counts(g_e, &c1);
+    for (int k = 0; k < NPUT; k++)
+        if (memcmp(win + 4096 + (size_t)k * 8, src + (size_t)(k % 1000) * 8, 8))
+            FAIL("bound: put %d did not land", k);
+    uint64_t refused = c1.refused - c0.refused, held = c1.held - c0.held;
+    printf("bound: %d puts: %llu posts, %llu held, %llu refused by the provider, %llu flushes\n", NPUT,
+           (unsigned long long)(c1.posts - c0.posts), (unsigned long long)held, (unsigned long long)refused,
+           (unsigned long long)(c1.flushes - c0.flushes));
+    if (!strcmp(expect, "none") && (refused || !held))
+        FAIL("bound: expected no refused post and some held by the bound, got %llu refused, %llu held",
+             (unsigned long long)refused, (unsigned long long)held);
+    if (!strcmp(expect, "some") && !refused)
+        FAIL("bound: without the bound shm should have refused posts (its queue holds 512 writes)");
+    CHECK_OK(E->mem_dereg(g_e, wmr));
+    CHECK_OK(E->mem_dereg(g_e, smr));
+    E->close(g_e);
+    free(win);
+    free(src);
+    free(ck);
+    free(g_rec);
+    printf("ok: bound %s\n", expect);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "bound")) {
+        alarm(60);
+        return mode_bound(argv[2]);
+    }
+    if (argc == 3 && !strcmp(argv[1], "refuse")) {
+        alarm(60);
+        return mode_refuse(argv[2]);
+    }
     if (argc == 2 && !strcmp(argv[1], "stage")) return mode_stage();
     if (argc == 2 && !strcmp(argv[1], "missing")) return mode_missing();
     if (argc < 3) {

@@ -147,7 +147,7 @@ static void rank_main(int rank, const char *prov, const dion_unique_id_t *id)
 
     dion__proxy_threads_t *th = NULL;
     if (rank == 0) { /* the receiver: a proxy thread without rings drives its engine, napping when idle */
-        dion__proxy_exec_t ex = {no_execute, recv_progress, NULL, recv_wait, 0};
+        dion__proxy_exec_t ex = {no_execute, recv_progress, NULL, recv_wait, 0, NULL};
         CHECK_OK(dion__proxy_threads_start(NULL, 0, &ex, -1, &th));
     }
     CHECK_OK(dion_comm_barrier(comm)); /* the receiver's thread is up: it serves from now on */

@@ -162,7 +162,7 @@ static void test_stress(void)
     k.nproducers = np;
     k.slow_every = 100000;
     k.slow_us = 2000;
-    dion__proxy_exec_t ex = {check_exec, NULL, &k, NULL, 0};
+    dion__proxy_exec_t ex = {check_exec, NULL, &k, NULL, 0, NULL};
     setenv("DION_PROXY_THREADS", "1", 1);
     dion__proxy_threads_t *th = NULL;
     CHECK(dion__proxy_threads_start(&r, 1, &ex, -1, &th) == DION_SUCCESS, "%s", dion_last_error());
@@ -236,7 +236,7 @@ static void test_full(void)
     checker_t k;
     memset(&k, 0, sizeof k);
     k.nproducers = 2;
-    dion__proxy_exec_t ex = {check_exec, NULL, &k, NULL, 0};
+    dion__proxy_exec_t ex = {check_exec, NULL, &k, NULL, 0, NULL};
     dion__proxy_threads_t *th = NULL;
     CHECK(dion__proxy_threads_start(&r, 1, &ex, -1, &th) == DION_SUCCESS, "%s", dion_last_error());
     pthread_join(tid[3], NULL);
@@ -384,7 +384,7 @@ static void test_quiet(void)
     if (!r) return;
     deferred_t *d = calloc(1, sizeof *d);
     d->ring = r;
-    dion__proxy_exec_t ex = {deferred_exec, deferred_progress, d, NULL, 0};
+    dion__proxy_exec_t ex = {deferred_exec, deferred_progress, d, NULL, 0, NULL};
     setenv("DION_PROXY_THREADS", "1", 1);
     dion__proxy_threads_t *th = NULL;
     CHECK(dion__proxy_threads_start(&r, 1, &ex, -1, &th) == DION_SUCCESS, "%s", dion_last_error());
@@ -479,7 +479,7 @@ static void test_hole(void)
     d->ring = r;
     d->stalled = 1;
     d->word = 500;
-    dion__proxy_exec_t ex = {deferred_exec, deferred_progress, d, NULL, 0};
+    dion__proxy_exec_t ex = {deferred_exec, deferred_progress, d, NULL, 0, NULL};
     setenv("DION_PROXY_THREADS", "1", 1);
     dion__proxy_threads_t *th = NULL;
     CHECK(dion__proxy_threads_start(&r, 1, &ex, -1, &th) == DION_SUCCESS, "%s", dion_last_error());
@@ -539,7 +539,7 @@ static void test_threads(void)
         m->k[i].nproducers = 3;
         m->thread_of[i] = -1;
     }
-    dion__proxy_exec_t ex = {multi_exec, NULL, m, NULL, 0};
+    dion__proxy_exec_t ex = {multi_exec, NULL, m, NULL, 0, NULL};
     dion__proxy_threads_t *th = NULL;
     setenv("DION_PROXY_THREADS", "0", 1);
     CHECK(dion__proxy_threads_start(rings, NR, &ex, -1, &th) == DION_ERR_INVALID_ARG &&

@@ -16,11 +16,15 @@
 #include "dion/dion.h"
 
 /* Raised when a slot changes meaning or the structs below change layout. */
-#define DION__ENGINE_VERSION 3
+#define DION__ENGINE_VERSION 4
 
 /* A post that could not be accepted right now: every operation slot is in use. Nothing was posted; poll,
  * then post again. Not an error and no sentence is set. */
 #define DION__ENGINE_BUSY ((dion_status_t)1000)
+
+/* An optional slot (put_signal) that cannot carry this operation (too large, GPU memory, mode off). Nothing
+ * was posted and no sentence is set: post it the usual way (put, then an ORDERED atomic). */
+#define DION__ENGINE_DECLINED ((dion_status_t)1001)
 
 typedef struct dion__engine dion__engine_t;       /* one opened engine (endpoint, queues, peers) */
 typedef struct dion__engine_mr dion__engine_mr_t; /* one local registration */
@@ -48,6 +52,10 @@ typedef struct {
     int connect_ondemand; /* 1: an engine with peer_addr_bytes connects each peer at its first post instead
                              (verbs, DION_IB_CONNECT): the caller exchanges one address per rank through
                              address/connect, and posts to a peer return BUSY until its connection is up */
+    uint64_t max_eager;   /* 0, or the largest put the provider sends in one piece without holding back later
+                             operations to that peer (shm: its inject size; larger writes go through its
+                             segmentation buffers, one transfer per peer at a time, every other post refused
+                             until it is done) */
 } dion__engine_caps_t;
 
 enum {
@@ -105,6 +113,15 @@ typedef struct {
     int peer;
     char why[512]; /* when status is not DION_SUCCESS: a sentence naming the operation, peer and cause */
 } dion__engine_cqe_t;
+
+/* Counts of an engine's work (counts slot). */
+typedef struct {
+    uint64_t posts;   /* operations the provider took */
+    uint64_t held;    /* operations queued in the engine first: for order, behind a refused one, or over the
+                         per-peer bound (DION_OFI_PEER_OPS) */
+    uint64_t refused; /* posts the provider refused for lack of resources (-FI_EAGAIN), each retry counted */
+    uint64_t flushes; /* the engine's own fetches that confirm writes (ofi, shm's flush mode) */
+} dion__engine_counts_t;
 
 typedef struct dion__engine_ops {
     uint32_t version; /* DION__ENGINE_VERSION */
@@ -192,6 +209,19 @@ typedef struct dion__engine_ops {
      * one that peers' operations do not reach (caps.peer_notice). Call with the engine's lock held; the
      * block itself needs no lock. Does not block. */
     int (*wait_arm)(dion__engine_t *e, int *fd);
+
+    /* Optional: what the engine did so far (the counts of its closing log line), for tests and benchmarks. */
+    void (*counts)(dion__engine_t *e, dion__engine_counts_t *out);
+
+    /* Optional (NULL: none). A put of bytes from src (inside lmr) to rkey at roff followed by an ORDERED add
+     * (sig_add 1) or set (0) of value on the 8-byte word at soff of skey, as one operation with one
+     * completion (cookie): the data is in place before the signal changes, and the completion means both
+     * are. DION__ENGINE_DECLINED when this engine cannot carry it (size, memory kind, mode): nothing posted;
+     * otherwise as put. */
+    dion_status_t (*put_signal)(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, const void *src,
+                                const dion__engine_rkey_t *rkey, uint64_t roff, size_t bytes,
+                                const dion__engine_rkey_t *skey, uint64_t soff, int sig_add, uint64_t value,
+                                uint64_t cookie);
 } dion__engine_ops_t;
 
 /* Whether a progress thread on this engine must stay awake: its own work (busy), else peers' operations that
@@ -207,5 +237,8 @@ static inline int dion__engine_awake(const dion__engine_ops_t *E, dion__engine_t
  * library's headers still exists: its open says so. */
 extern const dion__engine_ops_t dion__engine_verbs;
 extern const dion__engine_ops_t dion__engine_ofi;
+/* Test hook (tests only): while it names a peer, the ofi engine treats every post to that peer as refused for
+ * lack of resources (-FI_EAGAIN), as a provider does whose peer stopped draining its queue. -1: off. */
+extern volatile int dion__ofi_test_refuse_peer;
 
 #endif

@@ -24,6 +24,8 @@
 #include "engine.h"
 #include "src/internal.h"
 
+volatile int dion__ofi_test_refuse_peer = -1;
+
 #if DION_HAVE_FABRIC
 
 #include "ofi.h"
@@ -83,7 +85,7 @@ static int mr_register(dion__engine_t *e, void *base, size_t len, int mem, struc
 /* ---- choosing a provider ---- */
 
 typedef struct {
-    int hmem, fence, delivery;
+    int hmem, fence, delivery, msg;
     uint64_t order;
 } want_t;
 
@@ -95,6 +97,7 @@ static struct fi_info *try_getinfo(dion__engine_t *e, const want_t *w, const cha
     hints->caps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     if (w->hmem) hints->caps |= FI_HMEM;
     if (w->fence) hints->caps |= FI_FENCE;
+    if (w->msg) hints->caps |= FI_MSG | FI_SEND | FI_RECV; /* DION_OFI_SIGNAL=msg (ofi_msg.c) */
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->ep_attr->type = FI_EP_RDM;
     hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
@@ -123,7 +126,7 @@ static dion_status_t choose(dion__engine_t *e, int want_cuda, int order_env, cha
 {
     const char *prov = dion__cfg_env("DION_OFI_PROVIDER"), *dom = dion__cfg_env("DION_OFI_DOMAIN");
     /* Discovery: the loosest hints, to learn which provider and domain to refine on. */
-    want_t w = {.hmem = want_cuda};
+    want_t w = {.hmem = want_cuda, .msg = e->msg};
     struct fi_info *found = try_getinfo(e, &w, prov, dom);
     if (!found && want_cuda) {
         w.hmem = 0;
@@ -150,7 +153,7 @@ static dion_status_t choose(dion__engine_t *e, int want_cuda, int order_env, cha
     for (int fence = fence_first; fence >= 0 && !best; fence--)
         for (int dc = 1; dc >= 0 && !best; dc--)
             for (size_t o = 0; o < sizeof orders / sizeof orders[0] && !best; o++) {
-                want_t r = {.hmem = w.hmem, .fence = fence, .delivery = dc, .order = orders[o]};
+                want_t r = {.hmem = w.hmem, .fence = fence, .delivery = dc, .order = orders[o], .msg = w.msg};
                 best = try_getinfo(e, &r, pname, dname[0] ? dname : NULL);
                 if (best) e->delivery = dc;
             }
@@ -183,6 +186,15 @@ static dion_status_t choose(dion__engine_t *e, int want_cuda, int order_env, cha
      * complete only once applied (fi_atomic(3)), so there add and set go as fetching atomics. Also where
      * the provider grants no delivery completion at all. */
     e->fetch_updates = !e->delivery || shm;
+    /* message mode needs a message to stay behind earlier writes to its peer: shm's ordered mode (one command
+     * queue per peer, FI_ORDER_SAW) and tcp (one byte stream per peer) */
+    if (e->msg && !(e->order == ORDER_MSG && (tcp || (e->msg_order & FI_ORDER_SAW)))) {
+        DION_LOG(DION_LOG_WARN,
+                 "ofi: DION_OFI_SIGNAL=msg needs message order behind writes (shm's ordered mode or tcp); "
+                 "provider %s with order %s keeps signals as atomics",
+                 pname, order_names[e->order]);
+        e->msg = 0;
+    }
     if (order_env == ORDER_FENCE && !fence_ok)
         DION_LOG(DION_LOG_WARN, "ofi: DION_OFI_ORDER=fence but provider %s has no FI_FENCE; using wait",
                  pname);
@@ -208,8 +220,7 @@ static int cq_open(dion__engine_t *e, uint32_t nops)
     struct fi_cq_attr attr = {.size = nops, .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE};
     e->wait_fd = -1;
     const char *prov = dion__ofi_prov_name(e->info);
-    if (wait_reaches_peers(prov) &&
-        e->info->domain_attr->data_progress != FI_PROGRESS_AUTO) {
+    if (wait_reaches_peers(prov) && e->info->domain_attr->data_progress != FI_PROGRESS_AUTO) {
         attr.wait_obj = FI_WAIT_FD;
         int rc = fi_cq_open(e->domain, &attr, &e->cq, NULL), fd = -1;
         if (rc == 0 && (rc = fi_control(&e->cq->fid, FI_GETWAIT, &fd)) == 0 && fd >= 0) {
@@ -275,13 +286,18 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         }
     }
     const char *sv = dion__cfg_env("DION_OFI_SIGNAL");
-    int plain_env = sv && !strcmp(sv, "plain");
-    if (sv && !plain_env && strcmp(sv, "auto") && strcmp(sv, "fetch")) {
-        snprintf(why, cap, "DION_OFI_SIGNAL='%s' is not one of auto, fetch, plain", sv);
+    int plain_env = sv && !strcmp(sv, "plain"), msg_env = sv && !strcmp(sv, "msg");
+    if (sv && !plain_env && !msg_env && strcmp(sv, "auto") && strcmp(sv, "fetch")) {
+        snprintf(why, cap, "DION_OFI_SIGNAL='%s' is not one of auto, fetch, plain, msg", sv);
         return DION_ERR_INVALID_ARG;
     }
     uint64_t op_timeout = 0;
     if (dion__cfg_duration_ns("DION_OFI_OP_TIMEOUT", &op_timeout) != DION_SUCCESS) {
+        snprintf(why, cap, "%s", dion_last_error());
+        return DION_ERR_INVALID_ARG;
+    }
+    long long peer_ops = -1;
+    if (dion__cfg_int("DION_OFI_PEER_OPS", -1, 1 << 24, &peer_ops) != DION_SUCCESS) {
         snprintf(why, cap, "%s", dion_last_error());
         return DION_ERR_INVALID_ARG;
     }
@@ -297,6 +313,7 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
     e->nranks = a->nranks;
     e->cuda_device = a->cuda_device;
     e->next_key = 1;
+    e->msg = msg_env;
     uint32_t lib = fi->version(), hdr = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
     e->api = FI_VERSION_LT(lib, hdr) ? lib : hdr;
     dion_status_t s = DION_ERR_NETWORK;
@@ -321,8 +338,18 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
     uint32_t nops = a->max_ops ? a->max_ops : 1024;
     if (i->tx_attr->size && nops > i->tx_attr->size) nops = (uint32_t)i->tx_attr->size;
     if (nops < 8) nops = 8;
+    /* The per-peer bound: shm's target takes every peer's commands into one queue (rx size entries, an RMA
+     * takes two) and refuses a post once it is nearly full; a refused post is retried on every pass, each
+     * retry taking the target's queue lock. Holding operations here instead costs nothing. */
+    if (peer_ops < 0 && !strcmp(dion__ofi_prov_name(i), "shm")) {
+        size_t q = i->rx_attr && i->rx_attr->size ? i->rx_attr->size : 1024;
+        size_t senders = a->nranks > 1 ? (size_t)a->nranks - 1 : 1;
+        peer_ops = (long long)(q / 4 / senders);
+        if (peer_ops < 16) peer_ops = 16;
+    }
+    e->peer_cap = peer_ops > 0 ? (uint32_t)peer_ops : 0;
     step = "fi_cq_open";
-    if ((rc = cq_open(e, nops))) goto fi_err;
+    if ((rc = cq_open(e, nops + (e->msg ? 256u : 0u)))) goto fi_err; /* and message receives */
     step = "fi_endpoint";
     if ((rc = fi_endpoint(e->domain, i, &e->ep, NULL))) goto fi_err;
     step = "fi_ep_bind(av)";
@@ -401,6 +428,7 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         s = DION_ERR_NO_MEMORY;
         goto fail;
     }
+    if (e->msg && (s = dion__ofi_msg_open(e, why, cap)) != DION_SUCCESS) goto fail;
     if (e->flush) { /* the word peers fetch-add 0 on to confirm their writes */
         if (posix_memalign((void **)&e->fword, 64, 64)) {
             snprintf(why, cap, "ofi engine: out of memory");
@@ -419,9 +447,10 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         dion__ofi_prov_name(i), i->domain_attr->name ? i->domain_attr->name : "?", FI_MAJOR(lib),
         FI_MINOR(lib), fi->path, order_names[e->order], (unsigned long long)e->msg_order,
         e->delivered ? "delivery" : "transmit",
-        e->plain_sig ? " (writes and plain signals confirmed by a later fetch)"
-        : e->flush   ? " (writes confirmed by a later fetch)"
-                     : "",
+        e->msg         ? " (small put_signals and signals as messages, acknowledged)"
+        : e->plain_sig ? " (writes and plain signals confirmed by a later fetch)"
+        : e->flush     ? " (writes confirmed by a later fetch)"
+                       : "",
         (unsigned long long)e->mr_mode, e->cuda_mem ? "registered (FI_HMEM)" : "staged", nops);
     *out = e;
     return DION_SUCCESS;
@@ -451,6 +480,13 @@ static void ofi_close(dion__engine_t *e)
                  (unsigned long long)e->n_keychecks, (unsigned long long)e->n_cq_reads,
                  (unsigned long long)e->n_cq_empty, (unsigned long long)e->n_cqes,
                  (unsigned long long)e->n_waits);
+    if (e->ep && e->msg)
+        DION_LOG(
+            DION_LOG_INFO,
+            "ofi: messages; %llu sent, %llu acknowledgements received (posted to acknowledged p50 %.1f us "
+            "p90 %.1f us); %llu applied for peers, %llu acknowledgements sent",
+            (unsigned long long)e->n_msgs, (unsigned long long)e->n_acks_rx, ofi_hist_q(&e->h_msg, 0.5),
+            ofi_hist_q(&e->h_msg, 0.9), (unsigned long long)e->n_msgs_rx, (unsigned long long)e->n_acks);
     if (e->ep && e->h_gap.count)
         DION_LOG(DION_LOG_INFO,
                  "ofi: times; gap between polls p50 %.1f us p90 %.1f us (%llu); fetching operations posted "
@@ -461,6 +497,7 @@ static void ofi_close(dion__engine_t *e)
     /* bound objects before what they are bound to: MRs (FI_MR_ENDPOINT) before the endpoint, the endpoint
      * before its queues and address vector */
     if (e->ops_mr.mr) fi_close(&e->ops_mr.mr->fid);
+    dion__ofi_msg_close(e); /* its receive registration before the endpoint */
     if (e->fword_mr.mr) fi_close(&e->fword_mr.mr->fid);
     if (e->ep) fi_close(&e->ep->fid);
     if (e->rx_cntr) fi_close(&e->rx_cntr->fid);
@@ -489,8 +526,9 @@ static void ofi_query(dion__engine_t *e, dion__engine_caps_t *c)
     c->delivery_complete = e->delivered;
     c->manual_progress = e->info->domain_attr->data_progress != FI_PROGRESS_AUTO;
     c->peer_notice = e->peer_notice;
-    c->max_ops = e->nops;
+    c->max_ops = e->nops - OFI_RESERVE; /* the rest are the engine's own */
     c->max_msg = e->info->ep_attr->max_msg_size;
+    if (!strcmp(dion__ofi_prov_name(e->info), "shm")) c->max_eager = e->info->tx_attr->inject_size;
     c->api_version = e->fi->version();
 }
 
@@ -541,7 +579,7 @@ static dion_status_t ofi_connect(dion__engine_t *e, const dion__engine_addr_t *a
                                    "ofi connect: fi_av_insert of rank %d's address failed: %s", r,
                                    rc < 0 ? e->fi->strerror(-rc) : "address rejected");
         }
-        p[r].qhead = p[r].qtail = p[r].shead = OFI_NONE;
+        p[r].qhead = p[r].qtail = p[r].shead = p[r].fpend = p[r].mhead = p[r].mtail = OFI_NONE;
         uint64_t t[3];
         memcpy(t, all[r].bytes + DION__ENGINE_ADDR_MAX - FLUSH_TRAILER, sizeof t);
         if (e->flush && all[r].len <= DION__ENGINE_ADDR_MAX - FLUSH_TRAILER && t[0] == FLUSH_MAGIC) {
@@ -590,6 +628,11 @@ static dion_status_t ofi_mem_reg(dion__engine_t *e, void *base, size_t bytes, in
     rkey->len = bytes;
     rkey->flags = (uint32_t)mem;
     rkey->engine_version = DION__ENGINE_VERSION;
+    if (e->msg && dion__ofi_msg_lkey_add(e, m, key) != DION_SUCCESS) {
+        fi_close(&m->mr->fid);
+        free(m);
+        return DION_ERR_NO_MEMORY;
+    }
     e->live_mrs++;
     *mr = m;
     return DION_SUCCESS;
@@ -598,6 +641,7 @@ static dion_status_t ofi_mem_reg(dion__engine_t *e, void *base, size_t bytes, in
 static dion_status_t ofi_mem_dereg(dion__engine_t *e, dion__engine_mr_t *m)
 {
     if (!m) return DION_SUCCESS;
+    if (e->msg) dion__ofi_msg_lkey_del(e, m);
     int rc = fi_close(&m->mr->fid);
     free(m);
     e->live_mrs--;
@@ -621,6 +665,8 @@ const dion__engine_ops_t dion__engine_ofi = {
     .close = ofi_close,
     .served = dion__ofi_served,
     .wait_arm = ofi_wait_arm,
+    .counts = dion__ofi_counts,
+    .put_signal = dion__ofi_put_signal,
 };
 
 #else /* built without <rdma/fabric.h>: the engine exists and says why it cannot open */

@@ -14,7 +14,8 @@
 #include "ofi_sym.h"
 #include "src/internal.h"
 
-#define OFI_NONE UINT32_MAX
+#define OFI_NONE    UINT32_MAX
+#define OFI_RESERVE 4u /* operation slots only the engine's own flushes and key checks take */
 
 enum { ORDER_MSG, ORDER_FENCE, ORDER_WAIT };
 
@@ -22,7 +23,7 @@ enum { ORDER_MSG, ORDER_FENCE, ORDER_WAIT };
  * mode): a write the provider completed at transmit, waiting for a later fetching operation to its peer to
  * confirm delivery. READY: its completion is decided and waits in the ready ring to be returned by poll. */
 enum { OP_FREE, OP_QUEUED, OP_INFLIGHT, OP_ABANDONED, OP_SENT, OP_READY };
-enum { OP_PUT, OP_GET, OP_AMO };
+enum { OP_PUT, OP_GET, OP_AMO, OP_MSG };
 enum { CLS_WRITE = 1, CLS_READ = 2 };
 
 /* A latency histogram for the closing log line: 100 ns buckets up to 25.6 us, the last one open. */
@@ -49,6 +50,22 @@ static inline double ofi_hist_q(const ofi_hist_t *h, double q)
     return 0;
 }
 
+/* Failures the engine decides itself (op_t.fail). REFUSED: still queued DION_OFI_OP_TIMEOUT after it was
+ * handed over, the provider refusing every post of it (-FI_EAGAIN); POST: a held operation's post failed;
+ * SENT: taken by the provider, its delivery never confirmed by a later fetch; NOCOMP: taken, never
+ * completed; BEHIND: queued to the same peer behind one of these, so never posted (order). */
+enum { FAIL_NONE, FAIL_REFUSED, FAIL_POST, FAIL_SENT, FAIL_NOCOMP, FAIL_BEHIND };
+
+/* What an operation that failed was: enough for the sentences of those queued behind it. */
+typedef struct {
+    const char *name;
+    size_t bytes;
+    uint64_t roff;
+    uint32_t tries;
+    uint8_t fail; /* FAIL_* of that operation */
+    int err;      /* FAIL_POST: the provider's error (negative) */
+} ofi_cause_t;
+
 typedef struct {
     struct fi_context2 ctx; /* first: completions give back its address */
     uint64_t operand, compare, result;
@@ -63,12 +80,22 @@ typedef struct {
     dion_status_t status; /* READY: the completion's status */
     uint32_t next;        /* free list, the peer's queue or its list of SENT writes */
     uint8_t state, kind, amo, cls, ordered;
-    uint8_t flushed;  /* a write (or a plain add or set) posted without FI_DELIVERY_COMPLETE: a later fetch
-                         confirms it */
-    uint8_t internal; /* the engine's own flush or key check: no completion for the caller */
-    uint32_t vk;      /* flushed write: its (peer, key) entry (vkey_t) while the key is unchecked for klen
-                         bytes, else OFI_NONE; key check (internal): the entry it checks */
-    uint64_t klen;    /* the region size the write's remote key was given with, or the size checked */
+    uint8_t flushed;   /* a write (or a plain add or set) posted without FI_DELIVERY_COMPLETE: a later fetch
+                          confirms it */
+    uint8_t internal;  /* the engine's own flush or key check: no completion for the caller */
+    uint32_t vk;       /* flushed write: its (peer, key) entry (vkey_t) while the key is unchecked for klen
+                          bytes, else OFI_NONE; key check (internal): the entry it checks */
+    uint64_t klen;     /* the region size the write's remote key was given with, or the size checked */
+    uint64_t sub_ns;   /* handed to the engine: DION_OFI_OP_TIMEOUT runs from here */
+    uint32_t tries;    /* posts of it the provider refused for lack of resources (-FI_EAGAIN) */
+    uint8_t counted;   /* taken by the provider: counted in its peer's inflight until retired or abandoned */
+    uint8_t fail;      /* READY: a failure the engine decided (FAIL_*), worded by ready_emit */
+    ofi_cause_t cause; /* FAIL_BEHIND: the failed operation it was queued behind; FAIL_POST: the error */
+    /* OP_MSG (DION_OFI_SIGNAL=msg, ofi_msg.c): data at rkey/roff (bytes may be 0: a signal alone), then the
+     * signal (amo: ADD or SET of operand) on the word at soff of skey; mseq: its number to the peer; compare:
+     * the target's refusal code once acknowledged */
+    uint64_t skey, soff, mseq;
+    uint32_t mnext; /* OP_MSG: the peer's list of unacknowledged messages (next stays the held queue's) */
 } op_t;
 
 /* Flush mode: a (peer, remote key) pair that writes used. shm drops a write it refuses (unknown key, beyond
@@ -97,7 +124,17 @@ typedef struct {
     uint64_t delivered; /* every operation below this seq has been processed by the peer */
     uint64_t smax;      /* highest seq among the SENT writes */
     uint32_t shead;     /* SENT writes waiting for confirmation (a list through op_t.next) */
+    uint32_t fpend;     /* a flush the provider refused, posted before the queue (it orders nothing) */
     uint8_t flushing, wanted;
+    /* message mode (ofi_msg.c): sent messages waiting for the peer's acknowledgement, in order */
+    uint64_t mtx; /* messages sent to the peer */
+    uint32_t munacked, mhead, mtail;
+    /* and the peer's messages applied here: the last one's number, the last acknowledged, refusals not yet
+     * acknowledged (mseq, code) */
+    uint64_t mrx, macked;
+    uint64_t (*mfail)[2];
+    uint32_t nmfail, capmfail;
+    uint8_t ackwant;
 } peer_t;
 
 struct dion__engine_mr {
@@ -157,8 +194,24 @@ struct dion__engine {
     int wait_fd;     /* the CQ's wait descriptor (FI_WAIT_FD), -1: none (engine_ofi.c, wait_arm) */
     int peer_notice; /* DION__ENGINE_NOTICE_* */
     uint64_t n_waits;
+    /* message mode (DION_OFI_SIGNAL=msg, ofi_msg.c): small put_signals and signals as one message each,
+     * applied by the target's engine in its poll and acknowledged */
+    int msg;
+    uint32_t msg_data_max; /* largest put_signal data carried in a message */
+    uint32_t mcredit;      /* unacknowledged messages per peer (the receives posted here, shared) */
+    struct dion__ofi_rx *rxb;
+    uint32_t nrx;
+    struct dion__engine_mr rx_mr;
+    struct dion__ofi_lkey *lkeys; /* this rank's registrations by key, for the peers' messages */
+    uint32_t nlkeys, caplkeys;
+    int *ackq, nackq; /* peers owed an acknowledgement */
+    uint64_t n_msgs, n_msgs_rx, n_acks, n_acks_rx, msgs_rx_seen;
+    ofi_hist_t h_msg; /* a message's post to its acknowledgement (the peer's poll and back) */
     op_t *ops;
     uint32_t nops, free_head, inflight_total, queued_total; /* totals over the peers: pending(-1) */
+    uint32_t used;     /* slots not free: expire scans only while some are */
+    uint32_t peer_cap; /* DION_OFI_PEER_OPS: unconfirmed operations per peer (0: no bound) */
+    uint32_t fpend_n;  /* peers with a refused flush waiting (peer_t.fpend) */
     struct dion__engine_mr ops_mr;
 };
 
@@ -179,6 +232,32 @@ dion_status_t dion__ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t o
                                uint64_t compare, uint32_t flags, uint64_t cookie);
 int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max);
 int dion__ofi_served(dion__engine_t *e);
+dion_status_t dion__ofi_put_signal(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, const void *src,
+                                   const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes,
+                                   const dion__engine_rkey_t *sk, uint64_t soff, int sig_add, uint64_t value,
+                                   uint64_t cookie);
+
+/* ofi_msg.c: message mode (DION_OFI_SIGNAL=msg). */
+dion_status_t dion__ofi_msg_open(dion__engine_t *e, char *why, size_t cap);
+void dion__ofi_msg_close(dion__engine_t *e);
+dion_status_t dion__ofi_msg_lkey_add(dion__engine_t *e, const struct dion__engine_mr *m, uint64_t key);
+void dion__ofi_msg_lkey_del(dion__engine_t *e, const struct dion__engine_mr *m);
+int dion__ofi_msg_may_carry(const dion__engine_t *e, int peer, const dion__engine_mr_t *lmr, size_t bytes,
+                            const dion__engine_rkey_t *rk, const dion__engine_rkey_t *sk);
+ssize_t dion__ofi_msg_submit(dion__engine_t *e, op_t *o);
+void dion__ofi_msg_sent(dion__engine_t *e, op_t *o);
+int dion__ofi_msg_is_rx(const dion__engine_t *e, const void *ctx);
+/* A receive completed (ctx from the CQ; err: its error code, 0 when it completed): a peer's message is
+ * applied, an acknowledgement decides this rank's messages (ready_push). */
+void dion__ofi_msg_rx(dion__engine_t *e, void *ctx, int err);
+void dion__ofi_msg_acks(dion__engine_t *e);
+void dion__ofi_msg_prune(dion__engine_t *e);
+const char *dion__ofi_msg_refusal(uint64_t code);
+/* ofi_ops.c, for ofi_msg.c */
+void dion__ofi_ready_push(dion__engine_t *e, op_t *o, dion_status_t st);
+void dion__ofi_settle(dion__engine_t *e, peer_t *p, uint64_t below, dion_status_t st);
+void dion__ofi_op_free(dion__engine_t *e, op_t *o);
 uint32_t dion__ofi_pending(dion__engine_t *e, int peer);
+void dion__ofi_counts(dion__engine_t *e, dion__engine_counts_t *out);
 
 #endif

@@ -8,11 +8,13 @@
 
 /* ---- posting ---- */
 
-static const char *const kind_names[] = {"put", "get", "atomic"};
+static const char *const kind_names[] = {"put", "get", "atomic", "put_signal message"};
 static const char *const amo_names[] = {"atomic add", "atomic set", "fetch-add", "compare-swap"};
 
 static const char *op_name(const op_t *o)
 {
+    if (o->internal) return o->vk == OFI_NONE ? "flush" : "key check";
+    if (o->kind == OP_MSG && !o->local) return amo_names[o->amo]; /* a signal alone, as a message */
     return o->kind == OP_AMO ? amo_names[o->amo] : kind_names[o->kind];
 }
 
@@ -23,22 +25,35 @@ static op_t *op_alloc(dion__engine_t *e)
     e->free_head = o->next;
     memset(&o->ctx, 0, sizeof o->ctx);
     o->next = OFI_NONE;
-    o->internal = o->flushed = 0;
+    o->internal = o->flushed = o->counted = o->fail = 0;
+    o->tries = 0;
     o->vk = OFI_NONE;
     o->klen = 0;
+    e->used++;
     return o;
 }
 
 static void op_free(dion__engine_t *e, op_t *o)
 {
+    e->used--;
     o->state = OP_FREE;
     o->next = e->free_head;
     e->free_head = (uint32_t)(o - e->ops);
 }
 
+void dion__ofi_op_free(dion__engine_t *e, op_t *o)
+{
+    op_free(e, o);
+}
+
 /* Whether an ordered operation may go to the provider now, given what is in flight to its peer. */
 static int may_post(const dion__engine_t *e, const peer_t *p, const op_t *o)
 {
+    /* the per-peer bound (DION_OFI_PEER_OPS); the engine's own flushes and key checks pass, since they are
+     * what confirms the operations that hold it (messages count in inflight until acknowledged) */
+    if (e->peer_cap && p->inflight >= e->peer_cap && !o->internal) return 0;
+    /* message mode: the peer applies a message only when its poll reads it, maybe after later commands */
+    if (p->munacked && (o->kind == OP_MSG ? p->munacked >= e->mcredit : o->ordered)) return 0;
     if (!o->ordered || !p->inflight || e->order == ORDER_FENCE) return 1;
     if (e->order == ORDER_WAIT) return 0;
     uint64_t need = 0;
@@ -51,7 +66,7 @@ static int may_post(const dion__engine_t *e, const peer_t *p, const op_t *o)
  * submitted to it before (flush mode): fetching atomics (shm's add and set fetch too) and reads. */
 static int covers(const dion__engine_t *e, const op_t *o)
 {
-    return o->kind == OP_GET ||
+    return o->kind == OP_GET || o->kind == OP_MSG ||
            (o->kind == OP_AMO && !o->flushed && (e->fetch_updates || o->amo >= DION__ENGINE_AMO_FETCH_ADD));
 }
 
@@ -62,7 +77,10 @@ static ssize_t submit(dion__engine_t *e, op_t *o)
     uint64_t flags = FI_COMPLETION;
     if (o->ordered && e->order == ORDER_FENCE && p->inflight) flags |= FI_FENCE;
     ssize_t rc;
-    if (o->kind != OP_AMO) {
+    if (dion__ofi_test_refuse_peer == o->peer) return -FI_EAGAIN;
+    if (o->kind == OP_MSG) {
+        rc = dion__ofi_msg_submit(e, o);
+    } else if (o->kind != OP_AMO) {
         struct iovec iov = {.iov_base = o->local, .iov_len = o->bytes};
         struct fi_rma_iov riov = {.addr = o->raddr, .len = o->bytes, .key = o->rkey};
         struct fi_msg_rma m = {.msg_iov = &iov,
@@ -117,12 +135,15 @@ static ssize_t submit(dion__engine_t *e, op_t *o)
         e->n_posts++;
         o->seq = ++p->seq;
         if (covers(e, o)) p->cover = o->seq;
-        o->state = OP_INFLIGHT;
         o->posted_ns = dion__now_ns();
+        if (o->state != OP_QUEUED) o->sub_ns = o->posted_ns;
+        o->state = OP_INFLIGHT;
+        o->counted = 1;
         p->inflight++;
         if (o->cls & CLS_WRITE) p->writes++;
         if (o->cls & CLS_READ) p->reads++;
         e->inflight_total++;
+        if (o->kind == OP_MSG) dion__ofi_msg_sent(e, o);
     }
     return rc;
 }
@@ -131,6 +152,7 @@ static void enqueue(dion__engine_t *e, op_t *o)
 {
     peer_t *p = &e->peers[o->peer];
     o->state = OP_QUEUED;
+    o->sub_ns = dion__now_ns();
     o->next = OFI_NONE;
     uint32_t idx = (uint32_t)(o - e->ops);
     if (p->qtail == OFI_NONE) {
@@ -144,12 +166,29 @@ static void enqueue(dion__engine_t *e, op_t *o)
     e->queued_total++;
 }
 
+static int is_flush(const op_t *o)
+{
+    return o->internal && o->vk == OFI_NONE;
+}
+
 static dion_status_t post(dion__engine_t *e, op_t *o)
 {
     peer_t *p = &e->peers[o->peer];
-    if (p->qhead == OFI_NONE && may_post(e, p, o)) {
+    /* a flush orders nothing (it confirms what was submitted before it): it goes ahead of the queue, and
+     * waits beside it when refused (fpend) */
+    int flush = is_flush(o);
+    if ((flush && p->fpend == OFI_NONE) || (p->qhead == OFI_NONE && may_post(e, p, o))) {
         ssize_t rc = submit(e, o);
         if (rc == 0) return DION_SUCCESS;
+        o->tries += rc == -FI_EAGAIN;
+        if (rc == -FI_EAGAIN) e->busy_posts++;
+        if (rc == -FI_EAGAIN && flush) {
+            o->state = OP_QUEUED;
+            o->sub_ns = dion__now_ns();
+            p->fpend = (uint32_t)(o - e->ops);
+            e->fpend_n++;
+            return DION_SUCCESS;
+        }
         if (rc != -FI_EAGAIN) {
             dion_status_t s = dion__error_set(DION_ERR_NETWORK,
                                               "ofi: posting a %s of %zu bytes to rank %d failed: "
@@ -158,12 +197,9 @@ static dion_status_t post(dion__engine_t *e, op_t *o)
             op_free(e, o);
             return s;
         }
-    }
-    if (p->qhead == OFI_NONE && !(o->ordered && !may_post(e, p, o)))
-        e->busy_posts++;
-    else
+    } else
         e->n_held++;
-    enqueue(e, o); /* held for order, or the provider is out of resources: posted from poll */
+    enqueue(e, o); /* held for order or the bound, or the provider is out of resources: posted from poll */
     return DION_SUCCESS;
 }
 
@@ -234,6 +270,11 @@ static void ready_push(dion__engine_t *e, op_t *o, dion_status_t st)
     o->status = st;
     e->ready[e->rtail] = (uint32_t)(o - e->ops);
     e->rtail = e->rtail + 1 == e->nops + 1 ? 0 : e->rtail + 1;
+}
+
+void dion__ofi_ready_push(dion__engine_t *e, op_t *o, dion_status_t st)
+{
+    ready_push(e, o, st);
 }
 
 /* The SENT writes to p submitted before seq `below` are decided: delivered (st success: the peer processed a
@@ -314,6 +355,11 @@ static void flush_wanted(dion__engine_t *e)
     e->nwant = k;
 }
 
+void dion__ofi_settle(dion__engine_t *e, peer_t *p, uint64_t below, dion_status_t st)
+{
+    settle(e, p, below, st);
+}
+
 /* A key check failed (error completion, timeout, refused post): writes that relied on it fail with st. */
 static void vk_fail(dion__engine_t *e, uint32_t idx, uint64_t len, dion_status_t st)
 {
@@ -341,6 +387,97 @@ static void internal_done(dion__engine_t *e, op_t *o, dion_status_t st)
     }
 }
 
+/* The sentence of a failure the engine decided (op_t.fail). */
+static void dion__ofi_fail_describe(const dion__engine_t *e, const op_t *o, char *buf, size_t cap)
+{
+    double t = (double)e->op_timeout_ns / 1e9;
+    const ofi_cause_t *c = &o->cause;
+    char cause[200] = "";
+    switch (o->fail) {
+    case FAIL_REFUSED:
+        snprintf(buf, cap,
+                 "%s of %zu bytes to rank %d at offset %llu was not accepted within %.1f s "
+                 "(DION_OFI_OP_TIMEOUT): the provider kept refusing it for lack of resources (-FI_EAGAIN, "
+                 "%u retries); rank %d may have stopped progressing (gone, or its queue never drains)",
+                 op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, t, o->tries, o->peer);
+        return;
+    case FAIL_POST:
+        snprintf(buf, cap, "ofi: posting a held %s of %zu bytes to rank %d failed: %s", op_name(o), o->bytes,
+                 o->peer, e->fi->strerror(-c->err));
+        return;
+    case FAIL_SENT:
+        snprintf(buf, cap,
+                 "%s of %zu bytes to rank %d at offset %llu was sent, but no fetch confirmed its delivery "
+                 "within %.1f s (DION_OFI_OP_TIMEOUT): the peer may be gone",
+                 op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, t);
+        return;
+    default: /* FAIL_BEHIND */
+        if (c->fail == FAIL_REFUSED)
+            snprintf(cause, sizeof cause,
+                     "the provider kept refusing for %.1f s (-FI_EAGAIN, %u retries, DION_OFI_OP_TIMEOUT)", t,
+                     c->tries);
+        else if (c->fail == FAIL_POST)
+            snprintf(cause, sizeof cause, "could not be posted (%s)", e->fi->strerror(-c->err));
+        else
+            snprintf(cause, sizeof cause, "%s within %.1f s (DION_OFI_OP_TIMEOUT)",
+                     c->fail == FAIL_SENT ? "was not confirmed delivered" : "got no completion", t);
+        snprintf(buf, cap,
+                 "%s of %zu bytes to rank %d at offset %llu was not posted: it was queued behind a %s of %zu "
+                 "bytes at offset %llu to that rank that %s, and nothing is posted after a failed operation "
+                 "to the same rank (order)",
+                 op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, c->name, c->bytes,
+                 (unsigned long long)c->roff, cause);
+    }
+}
+
+static ofi_cause_t cause_of(const op_t *o, uint8_t fail, int err)
+{
+    return (ofi_cause_t){op_name(o), o->bytes, o->roff, o->tries, fail, err};
+}
+
+static op_t *dequeue(dion__engine_t *e, peer_t *p)
+{
+    op_t *o = &e->ops[p->qhead];
+    p->qhead = o->next;
+    p->queued--;
+    e->queued_total--;
+    if (p->qhead == OFI_NONE) {
+        p->qtail = OFI_NONE;
+        e->queued_peers--;
+    }
+    return o;
+}
+
+/* Fails every operation queued to p, in order, with st: the head with head_fail when that is not
+ * FAIL_BEHIND (it is the cause), the others as queued behind *c. Their completions go through the ready
+ * ring, after those already there; the engine's own (flushes, key checks) fail the writes they were to
+ * confirm, with a warning. */
+static void fail_queue(dion__engine_t *e, peer_t *p, uint8_t head_fail, const ofi_cause_t *c,
+                       dion_status_t st)
+{
+    for (int first = 1; p->qhead != OFI_NONE; first = 0) {
+        op_t *o = dequeue(e, p);
+        o->fail = first && head_fail != FAIL_BEHIND ? head_fail : FAIL_BEHIND;
+        o->cause = *c;
+        if (o->internal) {
+            char why[512];
+            dion__ofi_fail_describe(e, o, why, sizeof why);
+            DION_LOG(DION_LOG_WARN, "ofi: a %s to rank %d failed: %s", op_name(o), o->peer, why);
+            settle(e, p, UINT64_MAX, st);
+            if (o->vk != OFI_NONE) { /* a key check never posted says nothing about the key: the next write
+                                        with it checks again */
+                vkey_t *k = &e->vks[o->vk];
+                if (k->chk_len > k->ok_len) k->chk_len = k->ok_len;
+            } else {
+                internal_done(e, o, st);
+            }
+            op_free(e, o);
+            continue;
+        }
+        ready_push(e, o, st);
+    }
+}
+
 /* Returns decided completions (flush mode) into out. */
 static void retire(dion__engine_t *e, op_t *o);
 static void ready_emit(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
@@ -354,7 +491,17 @@ static void ready_emit(dion__engine_t *e, dion__engine_cqe_t *out, int max, int 
         c->peer = o->peer;
         c->status = o->status;
         c->why[0] = 0;
-        if (o->status != DION_SUCCESS && vk_verdict(e, o) < 0)
+        if (o->fail)
+            dion__ofi_fail_describe(e, o, c->why, sizeof c->why);
+        else if (o->status != DION_SUCCESS && o->kind == OP_MSG)
+            snprintf(
+                c->why, sizeof c->why,
+                "%s of %zu bytes to rank %d (data at offset %llu, signal word at offset %llu) was refused "
+                "by that rank: %s; check that the keys and offsets come from the peer's live window "
+                "and signal table",
+                op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, (unsigned long long)o->soff,
+                dion__ofi_msg_refusal(o->compare));
+        else if (o->status != DION_SUCCESS && vk_verdict(e, o) < 0)
             snprintf(c->why, sizeof c->why,
                      "%s of %zu bytes to rank %d at offset %llu (key %#llx) failed: rank %d did not answer a "
                      "read of the last byte of that %llu-byte region with that key (%s); shm drops an access "
@@ -373,46 +520,48 @@ static void ready_emit(dion__engine_t *e, dion__engine_cqe_t *out, int max, int 
     }
 }
 
-/* Posts held operations whose turn has come. Returns -1 when the provider refused one for good. */
-static int drain(dion__engine_t *e, dion__engine_cqe_t *out, int max, int *n)
+/* Posts held operations whose turn has come: per peer from the head, until one must wait (order) or the
+ * provider refuses it (tried again next poll). A held operation whose post fails for good takes the ones
+ * behind it with it (fail_queue): none is posted after it. */
+static void drain(dion__engine_t *e)
 {
-    for (int r = 0; r < e->nranks && e->queued_peers; r++) {
+    for (int r = 0; r < e->nranks && (e->queued_peers || e->fpend_n); r++) {
         peer_t *p = &e->peers[r];
+        if (p->fpend != OFI_NONE) { /* a refused flush first: it confirms what holds the bound */
+            op_t *o = &e->ops[p->fpend];
+            ssize_t rc = submit(e, o);
+            if (rc == -FI_EAGAIN) {
+                e->busy_posts++;
+                o->tries++;
+                continue; /* the provider has no room for this peer now */
+            }
+            p->fpend = OFI_NONE;
+            e->fpend_n--;
+            if (rc != 0) {
+                DION_LOG(DION_LOG_WARN, "ofi: a %s to rank %d failed: %s", "flush", r,
+                         e->fi->strerror((int)-rc));
+                settle(e, p, UINT64_MAX, DION_ERR_NETWORK);
+                internal_done(e, o, DION_ERR_NETWORK);
+                op_free(e, o);
+            }
+        }
         while (p->qhead != OFI_NONE) {
             op_t *o = &e->ops[p->qhead];
             if (!may_post(e, p, o)) break;
             ssize_t rc = submit(e, o);
             if (rc == -FI_EAGAIN) {
                 e->busy_posts++;
+                o->tries++;
                 break;
             }
-            if (rc != 0 && *n >= max) break; /* report it next time */
-            p->qhead = o->next;
-            p->queued--;
-            e->queued_total--;
-            if (p->qhead == OFI_NONE) {
-                p->qtail = OFI_NONE;
-                e->queued_peers--;
-            }
-            if (rc != 0 && o->internal) { /* the writes it was to confirm fail */
-                settle(e, p, UINT64_MAX, DION_ERR_NETWORK);
-                internal_done(e, o, DION_ERR_NETWORK);
-                op_free(e, o);
+            if (rc == 0) {
+                dequeue(e, p);
                 continue;
             }
-            if (rc != 0) {
-                dion__engine_cqe_t *c = &out[(*n)++];
-                c->cookie = o->cookie;
-                c->value = 0;
-                c->peer = o->peer;
-                c->status = DION_ERR_NETWORK;
-                snprintf(c->why, sizeof c->why, "ofi: posting a held %s of %zu bytes to rank %d failed: %s",
-                         op_name(o), o->bytes, o->peer, e->fi->strerror((int)-rc));
-                op_free(e, o);
-            }
+            ofi_cause_t c = cause_of(o, FAIL_POST, (int)rc);
+            fail_queue(e, p, FAIL_POST, &c, DION_ERR_NETWORK);
         }
     }
-    return 0;
 }
 
 static op_t *prepare(dion__engine_t *e, int peer, const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes,
@@ -450,7 +599,9 @@ static op_t *prepare(dion__engine_t *e, int peer, const dion__engine_rkey_t *rk,
                              e->info->ep_attr->max_msg_size);
         return NULL;
     }
-    op_t *o = op_alloc(e);
+    /* the last slots are the engine's own: a flush must find one, or writes waiting for it (flush mode) would
+     * hold every slot forever */
+    op_t *o = e->nops - e->used > OFI_RESERVE ? op_alloc(e) : NULL;
     if (!o) {
         *s = DION__ENGINE_BUSY;
         return NULL;
@@ -580,6 +731,14 @@ dion_status_t dion__ofi_atomic(dion__engine_t *e, int peer, dion__engine_amo_t o
     o->compare = compare;
     o->result = 0;
     o->cookie = cookie;
+    /* message mode: a signal alone as one message, applied and acknowledged by the peer's engine */
+    if (o->cls == CLS_WRITE && dion__ofi_msg_may_carry(e, peer, NULL, 0, rk, rk)) {
+        o->kind = OP_MSG;
+        o->skey = rk->key;
+        o->soff = roff; /* roff and bytes (8) stay for the sentences; no local data: no put in it */
+        o->local = NULL;
+        return post(e, o);
+    }
     /* plain add and set (flush mode): shm drops one it refuses without a word, as it does writes */
     if (e->plain_sig && o->cls == CLS_WRITE && e->peers[peer].fvalid && rk->len) return put_checked(e, o, rk);
     return post(e, o);
@@ -634,46 +793,96 @@ static void uncount(dion__engine_t *e, op_t *o)
     if (o->cls & CLS_WRITE) p->writes--;
     if (o->cls & CLS_READ) p->reads--;
     e->inflight_total--;
+    o->counted = 0;
 }
 
-/* Operations the provider never completed (libfabric 1.17's shm drops the answer to a refused access) are
- * reported as timed out, so that nothing waits forever; their slots stay taken until a late completion. */
+/* Unlinks a SENT write from its peer's list (and recomputes the list's highest seq). */
+static void sent_unlink(dion__engine_t *e, peer_t *p, op_t *o)
+{
+    uint32_t *link = &p->shead, idx = (uint32_t)(o - e->ops);
+    p->smax = 0;
+    while (*link != OFI_NONE) {
+        op_t *w = &e->ops[*link];
+        if (*link == idx) {
+            *link = w->next;
+            continue;
+        }
+        if (w->seq > p->smax) p->smax = w->seq;
+        link = &w->next;
+    }
+}
+
+/* Every operation gets its final status within DION_OFI_OP_TIMEOUT of being handed to the engine (plus the
+ * scan period). In flight: the provider never completed it (libfabric 1.17's shm drops the answer to a
+ * refused access): reported as timed out, its slot kept until a late completion. SENT: a write the provider
+ * took whose confirming fetch never came back. Queued: the provider refused every post of it (-FI_EAGAIN: a
+ * peer that stopped draining its queue). Each takes the operations queued behind it to the same peer with it,
+ * so that none is posted after a failed one. */
 static void expire(dion__engine_t *e, uint64_t now, dion__engine_cqe_t *out, int max, int *n)
 {
-    if (!e->op_timeout_ns || now < e->next_scan_ns || !e->inflight_total) return;
-    e->next_scan_ns = now + 100000000ull; /* every 100 ms at most */
+    if (!e->op_timeout_ns || now < e->next_scan_ns || !e->used) return;
+    uint64_t period = e->op_timeout_ns / 8 < 100000000ull ? e->op_timeout_ns / 8 : 100000000ull;
+    e->next_scan_ns = now + period;
     for (uint32_t k = 0; k < e->nops && *n < max; k++) {
         op_t *o = &e->ops[k];
-        if (o->state != OP_INFLIGHT || now - o->posted_ns < e->op_timeout_ns) continue;
+        if ((o->state != OP_INFLIGHT && o->state != OP_SENT) || now - o->sub_ns < e->op_timeout_ns) continue;
         peer_t *p = &e->peers[o->peer];
+        ofi_cause_t c = cause_of(o, o->state == OP_SENT ? FAIL_SENT : FAIL_NOCOMP, 0);
+        if (o->state == OP_SENT) { /* its slot is free once its completion is returned */
+            sent_unlink(e, p, o);
+            o->fail = FAIL_SENT;
+            ready_push(e, o, DION_ERR_TIMEOUT);
+            fail_queue(e, p, FAIL_BEHIND, &c, DION_ERR_TIMEOUT);
+            continue;
+        }
         if (covers(e, o)) settle(e, p, o->seq, DION_ERR_TIMEOUT); /* the writes it was to confirm */
         if (o->internal) {
             internal_done(e, o, DION_ERR_TIMEOUT);
             uncount(e, o);
             o->state = OP_ABANDONED;
+            fail_queue(e, p, FAIL_BEHIND, &c, DION_ERR_TIMEOUT);
             continue;
         }
-        dion__engine_cqe_t *c = &out[(*n)++];
-        c->cookie = o->cookie;
-        c->value = 0;
-        c->peer = o->peer;
-        c->status = DION_ERR_TIMEOUT;
-        snprintf(c->why, sizeof c->why,
+        dion__engine_cqe_t *q = &out[(*n)++];
+        q->cookie = o->cookie;
+        q->value = 0;
+        q->peer = o->peer;
+        q->status = DION_ERR_TIMEOUT;
+        snprintf(q->why, sizeof q->why,
                  "%s of %zu bytes to rank %d at offset %llu got no completion within %.1f s "
                  "(DION_OFI_OP_TIMEOUT): the peer may be gone or the provider dropped an error",
                  op_name(o), o->bytes, o->peer, (unsigned long long)o->roff, (double)e->op_timeout_ns / 1e9);
         uncount(e, o);
         o->state = OP_ABANDONED;
+        fail_queue(e, p, FAIL_BEHIND, &c, DION_ERR_TIMEOUT);
+    }
+    /* queue heads the provider kept refusing (a head held for order or the bound waits for what is in
+     * flight before it, which expires first), and refused flushes */
+    for (int r = 0; r < e->nranks && (e->queued_peers || e->fpend_n); r++) {
+        peer_t *p = &e->peers[r];
+        if (p->fpend != OFI_NONE && now - e->ops[p->fpend].sub_ns >= e->op_timeout_ns) {
+            op_t *o = &e->ops[p->fpend];
+            char why[512];
+            p->fpend = OFI_NONE;
+            e->fpend_n--;
+            o->fail = FAIL_REFUSED;
+            dion__ofi_fail_describe(e, o, why, sizeof why);
+            DION_LOG(DION_LOG_WARN, "ofi: a %s to rank %d failed: %s", "flush", r, why);
+            settle(e, p, UINT64_MAX, DION_ERR_TIMEOUT);
+            internal_done(e, o, DION_ERR_TIMEOUT);
+            op_free(e, o);
+        }
+        if (p->qhead == OFI_NONE) continue;
+        op_t *o = &e->ops[p->qhead];
+        if (!o->tries || now - o->sub_ns < e->op_timeout_ns) continue;
+        ofi_cause_t c = cause_of(o, FAIL_REFUSED, -FI_EAGAIN);
+        fail_queue(e, p, FAIL_REFUSED, &c, DION_ERR_TIMEOUT);
     }
 }
 
 static void retire(dion__engine_t *e, op_t *o)
 {
-    if (o->state == OP_ABANDONED) {
-        op_free(e, o);
-        return;
-    }
-    uncount(e, o);
+    if (o->counted) uncount(e, o);
     op_free(e, o);
 }
 
@@ -702,6 +911,10 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
             struct fi_cq_err_entry err;
             memset(&err, 0, sizeof err);
             if (fi_cq_readerr(e->cq, &err, 0) != 1) break;
+            if (dion__ofi_msg_is_rx(e, err.op_context)) {
+                dion__ofi_msg_rx(e, err.op_context, err.err);
+                continue;
+            }
             op_t *o = err.op_context;
             if (!o) { /* shm reports here, at the target, an access it refused */
                 DION_LOG(DION_LOG_WARN, "ofi: an operation of a peer on this rank was refused: %s",
@@ -742,6 +955,10 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
             return -1;
         }
         for (ssize_t k = 0; k < got; k++) {
+            if (dion__ofi_msg_is_rx(e, ent[k].op_context)) {
+                dion__ofi_msg_rx(e, ent[k].op_context, 0);
+                continue;
+            }
             op_t *o = ent[k].op_context;
             if (o->state == OP_ABANDONED) {
                 retire(e, o);
@@ -784,8 +1001,11 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
         }
         if (got < want) break;
     }
+    if (e->nackq) dion__ofi_msg_acks(e);
+    uint64_t scanned = e->next_scan_ns;
     expire(e, now, out, max, &n);
-    if (e->queued_peers) drain(e, out, max, &n);
+    if (e->msg && e->next_scan_ns != scanned) dion__ofi_msg_prune(e); /* after a scan for timed-out ops */
+    if (e->queued_peers || e->fpend_n) drain(e);
     if (e->nwant) flush_wanted(e);
     ready_emit(e, out, max, &n);
     return n;
@@ -795,6 +1015,10 @@ int dion__ofi_poll(dion__engine_t *e, dion__engine_cqe_t *out, int max)
  * the proxy's spin before napping is ten times longer. */
 int dion__ofi_served(dion__engine_t *e)
 {
+    if (e->n_msgs_rx != e->msgs_rx_seen) { /* peers' messages, applied by poll */
+        e->msgs_rx_seen = e->n_msgs_rx;
+        return 1;
+    }
     if (!e->rx_cntr) return 0;
     uint64_t now = dion__now_ns();
     if (now < e->rx_next_ns) return 0;
@@ -808,6 +1032,57 @@ int dion__ofi_served(dion__engine_t *e)
 uint32_t dion__ofi_pending(dion__engine_t *e, int peer)
 {
     if (!e->peers) return 0;
-    if (peer >= 0 && peer < e->nranks) return e->peers[peer].inflight + e->peers[peer].queued;
-    return e->inflight_total + e->queued_total; /* the glue asks once per batch: no walk over the peers */
+    if (peer >= 0 && peer < e->nranks)
+        return e->peers[peer].inflight + e->peers[peer].queued + (e->peers[peer].fpend != OFI_NONE);
+    /* the glue asks once per batch: no walk over the peers */
+    return e->inflight_total + e->queued_total + e->fpend_n;
+}
+
+void dion__ofi_counts(dion__engine_t *e, dion__engine_counts_t *out)
+{
+    out->posts = e->n_posts;
+    out->held = e->n_held;
+    out->refused = e->busy_posts;
+    out->flushes = e->n_flushes;
+}
+
+dion_status_t dion__ofi_put_signal(dion__engine_t *e, int peer, dion__engine_mr_t *lmr, const void *src,
+                                   const dion__engine_rkey_t *rk, uint64_t roff, size_t bytes,
+                                   const dion__engine_rkey_t *sk, uint64_t soff, int sig_add, uint64_t value,
+                                   uint64_t cookie)
+{
+    if (!e->peers || peer < 0 || peer >= e->nranks || !rk || !sk ||
+        !dion__ofi_msg_may_carry(e, peer, lmr, bytes, rk, sk))
+        return DION__ENGINE_DECLINED;
+    if (bytes && !src)
+        return dion__error_set(DION_ERR_INVALID_ARG, "ofi put_signal to rank %d: no source buffer", peer);
+    if (soff % 8)
+        return dion__error_set(DION_ERR_INVALID_ARG,
+                               "ofi put_signal to rank %d: signal offset %llu is not 8-byte aligned", peer,
+                               (unsigned long long)soff);
+    dion_status_t s;
+    /* both ranges against the sizes the peer gave (the target checks again against its registrations) */
+    op_t *o = prepare(e, peer, sk, soff, 8, "put_signal (signal)", &s);
+    if (!o) return s;
+    if (roff > rk->len || bytes > rk->len - roff) {
+        op_free(e, o);
+        return dion__error_set(
+            DION_ERR_INVALID_ARG,
+            "ofi put_signal to rank %d: bytes [%llu, %llu) lie outside the %llu-byte remote "
+            "region",
+            peer, (unsigned long long)roff, (unsigned long long)(roff + bytes), (unsigned long long)rk->len);
+    }
+    o->kind = OP_MSG;
+    o->cls = CLS_WRITE;
+    o->ordered = 1;
+    o->amo = sig_add ? DION__ENGINE_AMO_ADD : DION__ENGINE_AMO_SET;
+    o->operand = value;
+    o->skey = sk->key;
+    o->soff = soff;
+    o->rkey = rk->key;
+    o->roff = roff;
+    o->bytes = bytes;
+    o->local = (void *)src;
+    o->cookie = cookie;
+    return post(e, o);
 }

@@ -110,6 +110,10 @@ typedef struct {
     /* Longest nap; 0: DION_PROXY_SLEEP_MAX. Set shorter where peers' operations need this rank's progress
      * and nothing tells the thread they arrive (no wait object, no counter): they wait for its next nap. */
     uint64_t nap_max_ns;
+    /* May be NULL. Called for each ring's first batch of a pass before any execute of that pass: starts work
+     * for it that execute would otherwise wait for (staged sources' copies), so that one wait covers every
+     * ring's batch. Takes nothing; execute gets the same commands again. Its own locking. */
+    void (*prestage)(void *arg, uint32_t thread, dion__proxy_ring_t *r, dion_proxy_cmd_t *cmds, uint32_t n);
 } dion__proxy_exec_t;
 
 typedef struct dion__proxy_threads dion__proxy_threads_t;

@@ -157,6 +157,21 @@ static void dion__px_note_signal(dion__px_note_t *n, const dion__pxg_t *g, int p
     n->sigkey = g->d->sig->rkeys[peer].mem.key;
 }
 
+/* A put_signal as one engine operation (engine slot put_signal: the ofi engine's message mode), when the
+ * engine takes it: DION__ENGINE_DECLINED otherwise (nothing posted; staged sources go the usual way). */
+static dion_status_t dion__px_put_signal_one(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *c,
+                                             uint64_t pos, dion__pxr_t *src, const dion__px_desc_t *to)
+{
+    if (src->staged) return DION__ENGINE_DECLINED;
+    uint64_t ck = dion__px_cookie(g, pos);
+    uint16_t *meta = &g->meta[pos & g->r->dev.mask];
+    if ((*meta & DION__PX_META_CNT) && !(*meta & DION__PX_META_SRC)) ck |= DION__PX_CK_SRC;
+    return pc->E->put_signal(pc->e, c->peer, src->mr, src->base + c->u.rma.src_off, &to->mem,
+                             c->u.rma.dst_off, c->u.rma.bytes, &g->d->sig->rkeys[c->peer].mem,
+                             (uint64_t)c->u.rma.sig * 8u,
+                             dion__px_sig_amo(c->u.rma.sig_op) == DION__ENGINE_AMO_ADD, c->u.rma.value, ck);
+}
+
 /* put and put_signal. The source of a staged window goes through its shadow; a staged destination gets the
  * data in its shadow and a notice (LAND, with the signal); a put_signal into an unstaged window while notices
  * to the peer are unacknowledged sends its signal as a notice (after them). */
@@ -177,6 +192,14 @@ static dion_status_t dion__px_post_put(dion__pxc_t *pc, dion__pxg_t *g, const di
     int note = to->staged || (sig && dion__pxs_pending(pc, peer));
     uint16_t *meta = &g->meta[pos & g->r->dev.mask];
     if (!bytes) *meta |= DION__PX_META_SRC; /* no bytes to read: a counted source is free at once */
+    if (sig && !note && !done && E->put_signal) {
+        st = dion__px_put_signal_one(pc, g, c, pos, src, to);
+        if (st != DION__ENGINE_DECLINED) {
+            if (st != DION_SUCCESS) return st;
+            (*need)++;
+            return dion__px_posted(g);
+        }
+    }
     if (bytes && !(done & DION__PXS_DATA)) {
         const char *from = src->base + soff;
         dion__engine_mr_t *mr = src->mr;
@@ -375,6 +398,19 @@ static int dion__px_fetches(uint8_t op)
     return op == DION_PROXY_OP_FETCH_ADD || op == DION_PROXY_OP_COMPARE_SWAP;
 }
 
+/* prestage (dion__proxy_exec_t): a ring's staged sources copied without a wait; the first execute of the pass
+ * waits once for every ring's copies. */
+static void dion__px_prestage(void *arg, uint32_t thread, dion__proxy_ring_t *r, dion_proxy_cmd_t *cmds,
+                              uint32_t n)
+{
+    (void)thread;
+    dion__pxc_t *pc = arg;
+    pthread_mutex_lock(&pc->mu);
+    dion__pxg_t *g = dion__px_glue(pc, r);
+    if (g) dion__pxs_stage_sources_run(pc, g, cmds, n, 0);
+    pthread_mutex_unlock(&pc->mu);
+}
+
 static dion_status_t dion__px_execute(void *arg, uint32_t thread, dion__proxy_ring_t *r,
                                       dion_proxy_cmd_t *cmds, uint32_t n, uint32_t *taken)
 {
@@ -546,7 +582,12 @@ static dion_status_t dion__px_threads(dion__pxc_t *pc)
     uint32_t k = 0;
     for (dion__pxd_t *d = pc->devs; d; d = d->next)
         for (uint32_t i = 0; i < d->nrings; i++) all[k++] = d->rings[i];
-    dion__proxy_exec_t ex = {dion__px_execute, dion__px_progress, pc, dion__px_wait, 0};
+    dion__proxy_exec_t ex = {dion__px_execute,
+                             dion__px_progress,
+                             pc,
+                             dion__px_wait,
+                             0,
+                             DION__PXS_PRESTAGE && pc->stage_on ? dion__px_prestage : NULL};
     if (pc->e) {
         dion__engine_caps_t caps;
         pc->E->query(pc->e, &caps);

@@ -69,10 +69,11 @@ typedef struct {
     uint64_t done;              /* positions complete */
     uint64_t counted;           /* positions below it were counted, or had nothing to count */
     uint64_t inflight;
-    uint64_t partial;   /* pos + 1 of a command of which some operations are posted and some not yet */
-    uint64_t staged_to; /* positions below it had their staged sources copied into the shadow (a batch) */
-    uint32_t pstep;     /* for that command: DION__PXS_* steps done */
-    char why[512];      /* the sentence that failed the ring (dion_dev_check reports it) */
+    uint64_t partial;     /* pos + 1 of a command of which some operations are posted and some not yet */
+    uint64_t staged_to;   /* positions below it had their staged sources copied into the shadow (a batch) */
+    uint64_t staged_pend; /* prestage: positions below it have their copies enqueued, not yet waited for */
+    uint32_t pstep;       /* for that command: DION__PXS_* steps done */
+    char why[512];        /* the sentence that failed the ring (dion_dev_check reports it) */
 } dion__pxg_t;
 
 typedef struct dion__px_copy {
@@ -188,6 +189,10 @@ typedef struct dion__pxc {
      * the copies they took */
     uint64_t n_notes, n_merged, n_applied, n_copies;
     uint64_t n_src_puts, n_src_copies; /* puts from staged windows, and the copies into shadows they took */
+    /* the proxy thread's waits for copies (cudaStreamSynchronize): staged sources before their batch is
+     * posted, and the owner's lands before their signals and acknowledgements; count and total time */
+    uint64_t n_src_waits, n_land_waits, ns_src_wait, ns_land_wait;
+    uint32_t pend_gid[64], npend; /* prestage: glues whose enqueued source copies wait for the pass's wait */
     /* the source arena (px_stage.c): staged put sources of a batch, copied with their gaps into one span,
      * freed in batch order once the batch's positions completed */
     char *sarena;
@@ -229,6 +234,15 @@ int dion__pxs_pending(const dion__pxc_t *pc, int peer);
  * shadows: one copy per run of touching ranges and one wait for them all; g->staged_to says how far it got.
  */
 void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n);
+/* The same; wait 0: the copies are only enqueued (g->staged_pend) and the next call with wait 1, for any
+ * ring, waits once for all of them (the proxy thread's prestage: one wait per pass instead of one per ring).
+ */
+void dion__pxs_stage_sources_run(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n,
+                                 int wait);
+/* 1: prestage staged sources of every ring of a pass under one wait (0: one wait per ring batch; A/B). */
+#ifndef DION__PXS_PRESTAGE
+#define DION__PXS_PRESTAGE 1
+#endif
 /* Where the put at ring position pos reads its staged source: the source arena where its batch put it there,
  * else *from and *mr stay (the shadow). */
 void dion__pxs_source(dion__pxc_t *pc, const dion__pxg_t *g, uint64_t pos, const char **from,

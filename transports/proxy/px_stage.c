@@ -158,10 +158,13 @@ void dion__pxs_comm_fini(dion__pxc_t *pc)
     if (pc->stage_on)
         DION_LOG(DION_LOG_INFO,
                  "proxy staging: %llu notices sent (%llu more puts merged into them), %llu applied here with "
-                 "%llu copies; %llu puts from staged windows took %llu source copies",
+                 "%llu copies; %llu puts from staged windows took %llu source copies; the proxy waited for "
+                 "copies %llu times for sources (%.1f ms) and %llu times for landed data (%.1f ms)",
                  (unsigned long long)pc->n_notes, (unsigned long long)pc->n_merged,
                  (unsigned long long)pc->n_applied, (unsigned long long)pc->n_copies,
-                 (unsigned long long)pc->n_src_puts, (unsigned long long)pc->n_src_copies);
+                 (unsigned long long)pc->n_src_puts, (unsigned long long)pc->n_src_copies,
+                 (unsigned long long)pc->n_src_waits, (double)pc->ns_src_wait / 1e6,
+                 (unsigned long long)pc->n_land_waits, (double)pc->ns_land_wait / 1e6);
     if (pc->box_mr) pc->E->mem_dereg(pc->e, pc->box_mr);
     free(pc->box);
     if (pc->sarena_mr) pc->E->mem_dereg(pc->e, pc->sarena_mr);
@@ -367,9 +370,35 @@ static int dion__pxs_arena_sources(dion__pxc_t *pc, dion__pxg_t *g, dion__pxs_sr
     return 1;
 }
 
+/* The one wait for the source copies that prestage enqueued this pass; their positions count as staged once
+ * it returned (on failure they do not: each put then copies its own and reports it). */
+static void dion__pxs_pend_wait(dion__pxc_t *pc)
+{
+    if (!pc->npend) return;
+    uint64_t t0 = dion__now_ns();
+    dion_status_t st = dion__stage_wait(pc->stage, "copying staged windows into their host shadows");
+    pc->ns_src_wait += dion__now_ns() - t0;
+    pc->n_src_waits++;
+    for (uint32_t i = 0; i < pc->npend; i++) {
+        dion__pxg_t *g = pc->gtab[pc->pend_gid[i]];
+        if (g && st == DION_SUCCESS && g->staged_pend > g->staged_to) g->staged_to = g->staged_pend;
+        if (g) g->staged_pend = 0;
+    }
+    pc->npend = 0;
+}
+
 void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n)
 {
+    dion__pxs_stage_sources_run(pc, g, cmds, n, 1);
+}
+
+void dion__pxs_stage_sources_run(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_cmd_t *cmds, uint32_t n,
+                                 int wait)
+{
     if (!pc->stage_on) return;
+    if (wait) dion__pxs_pend_wait(pc);
+    /* prestage: once per ring per pass, and only where the wait can be shared */
+    if (!wait && (g->staged_pend || pc->npend == 64 || g->gid >= DION__PX_GLUES)) return;
     dion__pxs_src_t it[64];
     uint32_t k = 0;
     uint64_t pos = g->exec, to = g->staged_to > pos ? g->staged_to : pos;
@@ -406,8 +435,17 @@ void dion__pxs_stage_sources(dion__pxc_t *pc, dion__pxg_t *g, const dion_proxy_c
                 dion__stage_copy_async(pc->stage, rg[i].r->shadow + rg[i].off, rg[i].r->base + rg[i].off,
                                        rg[i].end - rg[i].off, "copying a staged window into its host shadow");
     }
-    if (st == DION_SUCCESS)
+    if (st == DION_SUCCESS && !wait) { /* the pass's first execute waits for it with the others */
+        g->staged_pend = to;
+        pc->pend_gid[pc->npend++] = g->gid;
+        return;
+    }
+    if (st == DION_SUCCESS) {
+        uint64_t t0 = dion__now_ns();
         st = dion__stage_wait(pc->stage, "copying staged windows into their host shadows");
+        pc->ns_src_wait += dion__now_ns() - t0;
+        pc->n_src_waits++;
+    }
     if (st == DION_SUCCESS) g->staged_to = to; /* else each put copies its own and reports the failure */
 }
 
@@ -527,6 +565,10 @@ static int dion__pxs_flush(dion__pxc_t *pc, int peer, const dion__px_box_t *b)
         uint32_t slot = (uint32_t)(first % K);
         uint64_t cnt = pc->sent[peer] - first;
         if (cnt > K - slot) cnt = K - slot;
+        /* no bigger than the provider sends in one piece (shm: a larger put is a segmented transfer, and the
+         * peer refuses every other post until it is done) */
+        uint64_t eager = pc->caps.max_eager / sizeof(dion__px_note_t);
+        if (eager && cnt > eager) cnt = eager;
         const dion__px_note_t *out = (const dion__px_note_t *)(pc->box + b->out) + (size_t)peer * K + slot;
         if (pc->E->put(pc->e, peer, pc->box_mr, out, &pc->box_rk[peer],
                        b->in + ((size_t)me * K + slot) * sizeof *out, cnt * sizeof *out, 0,
@@ -645,7 +687,10 @@ static void dion__pxs_barrier(dion__pxc_t *pc, const dion__px_box_t *b)
     dion__pxs_lands(pc);
     dion_status_t cs = pc->land_st;
     if (pc->copies) {
+        uint64_t t0 = dion__now_ns();
         dion_status_t ws = dion__stage_wait(pc->stage, "copying host shadows into their staged windows");
+        pc->ns_land_wait += dion__now_ns() - t0;
+        pc->n_land_waits++;
         if (cs == DION_SUCCESS) cs = ws;
     }
     pc->copies = 0;

@@ -141,6 +141,12 @@ static void *dion__proxy_thread_main(void *p)
          * that arrives meanwhile waits for it (the pickup latency). */
         if (o->exec.progress) busy |= fresh ? fresh_busy : o->exec.progress(o->exec.arg, t->index);
         fresh = 0;
+        for (uint32_t i = 0; o->exec.prestage && t->nrings > 1 && i < t->nrings; i++) {
+            dion_proxy_cmd_t *cmds = NULL;
+            uint32_t n =
+                t->rings[i]->failed ? 0 : dion__proxy_ring_poll(t->rings[i], DION__PROXY_BATCH, &cmds);
+            if (n) o->exec.prestage(o->exec.arg, t->index, t->rings[i], cmds, n);
+        }
         for (uint32_t i = 0; i < t->nrings; i++) busy |= dion__proxy_drain(t, t->rings[i]);
         if (busy && o->exec.progress) { /* completions of what was just issued; saves a pass */
             fresh_busy = o->exec.progress(o->exec.arg, t->index);
