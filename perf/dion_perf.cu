@@ -712,14 +712,19 @@ int main(int argc, char **argv)
     if (wants("packet")) {
         int p2p = !strcmp(transport_name(dev.peer_inline[1].transport), "p2p");
         OK(dion_comm_bcast(comm, &p2p, sizeof p2p, 0));
-        if (!p2p)
-            skipped("packet_pingpong", "packet puts are carried by p2p (and CPU mode) only");
-        else
+        if (!p2p) {
+            std::string why =
+                std::string("packet puts are carried by p2p (and CPU mode over p2p) only; peer 1 "
+                            "is served by ") +
+                transport_name(dev.peer_inline[1].transport);
+            skipped("packet_pingpong", why.c_str());
+        } else {
             for (long long b : sizes)
                 for (int g = 0; g < 3; g++)
                     if (bench_in_list(O.groups, gnames[g]) && (g || b <= O.thread_max) && b <= 4096 &&
                         DION_PACKET_SPAN(b) <= area / 2)
                         latency_row("packet_pingpong", gnames[g], T_PKT_THREAD + g, b, 1, "oneway_us", 0.5);
+        }
     }
     if (wants("put_quiet"))
         for (long long b : sizes)
