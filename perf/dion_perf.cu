@@ -79,7 +79,9 @@ static void usage(const char *argv0)
         "usage: %s [latency|bandwidth|msgrate|all] [options]\n"
         "  --tests LIST      comma-separated, from: %s\n"
         "                    (latency = signal,put_signal; bandwidth = put_bw,put_bw_bidir)\n"
-        "  --transport KIND  auto, p2p, proxy, gdaki or cpu (CPU threads over host windows)\n"
+        "  --transport KIND  auto, p2p, proxy, gdaki or cpu (CPU threads over host windows); gdaki needs a\n"
+        "                    ConnectX or DION_GDAKI_NIC=softnic, the NIC model (a CPU thread per rank: its\n"
+        "                    rows time the model, not a NIC; docs/gdaki.md)\n"
         "  --groups LIST     thread,warp,block     --block-threads N (block size; default 1024, cpu 8)\n"
         "  --min B --max B   sizes: powers of two from min to max   --sizes B,B,...   --thread-max B\n"
         "  --bw-min B --bw-max B  sizes of the bandwidth rows (default: as --min/--max)\n"
@@ -407,9 +409,8 @@ static void setup_ok(dion_status_t s, const char *what)
 {
     if (s == DION_SUCCESS) return;
     if (strcmp(O.transport, "auto") != 0 && strcmp(O.transport, "cpu") != 0) {
-        fprintf(stderr,
-                "dion-perf: transport %s is not available in this build or on this machine (%s: %s)\n",
-                O.transport, what, dion_last_error());
+        fprintf(stderr, "dion-perf: transport %s cannot run here as asked (%s: %s)\n", O.transport, what,
+                dion_last_error());
         exit(77);
     }
     fprintf(stderr, "FAIL rank %d: %s: %s: %s\n", rank_, what, dion_status_string(s), dion_last_error());
