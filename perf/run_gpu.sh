@@ -2,8 +2,9 @@
 # Builds DION for sm_90 and runs, on the GPU machine, in one go: the gpu-labelled tests (ranks sharing GPU 0
 # under MPS; one rank per GPU where there are several), compute-sanitizer (memcheck, racecheck), and the
 # benchmarks of DION, NVSHMEM and NCCL's LSA device API side by side; on request (STEPS) the proxy ring's
-# pickup latency, dion-perf through p2p and the proxy side by side (proxy), the gdaki and proxy posting rates
-# (gdakirate), scripts/setup.sh run from a fresh copy, and p2p_bench under plain mpirun. Logs and CSV go to $OUT.
+# pickup latency, dion-perf through p2p, the proxy and gdaki on the softnic model side by side (proxy; a short
+# gdaki call alone: gdakiperf), the gdaki and proxy posting rates (gdakirate), scripts/setup.sh run from a fresh
+# copy, and p2p_bench under plain mpirun. Logs and CSV go to $OUT.
 # Every step is bounded by its own timeout so that one hang cannot eat the whole run.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -48,6 +49,8 @@ if want gdaki; then # GPU kernels through the gdaki device half to the softnic m
   (cd $B && CUDA_VISIBLE_DEVICES=0 DION_LOG=${GDAKI_LOG:-warn} run ctest_gdaki ${GDAKI_SECS:-300} ctest -L gpu -V \
     -R "conf_gpu_gdaki|mlx5_warp_gpu|gdaki_mlx5_gpu|gdaki_post")
   grep -E "^(PASS|FAIL|SKIP)|FAIL rank|timed out|stall:|Test +#" "$OUT/ctest_gdaki.log" | tail -n 60
+fi
+if want gdaki || want gdakiperf; then # gdakiperf: this part of step gdaki alone (about a minute)
   # dion-perf over gdaki in one short call next to p2p (one CSV): GPU threads post the work requests, the
   # softnic model's CPU thread executes them over ofi shm / tcp (host windows: the model serves host memory).
   # impl dion-gdaki-softnic-<prov>-hostwin: the model's times, not a NIC's. Packet and pickup rows must say why
