@@ -5,26 +5,29 @@
 # The rows each test of TESTS writes (CPU mode, 2 ranks) must all be there. proxy: every peer through the proxy
 # backend (DION_TRANSPORT=proxy; the caller picks the provider with DION_OFI_PROVIDER), sizes 8..64, and the
 # proxy's pickup row measured under impl dion-proxy[-provider] and the packet rows skipped. gdaki: every peer
-# through gdaki and the softnic model (DION_TRANSPORT=gdaki DION_GDAKI_NIC=softnic), sizes 8..64, every row
-# under impl dion-gdaki-softnic[-provider], the packet and pickup rows skipped. Otherwise p2p, sizes 8..256
-# with the packet rows, and the pickup row says why it was skipped.
+# through gdaki (dion-perf --cpu --transport gdaki) and the softnic model (the caller sets
+# DION_GDAKI_NIC=softnic: it is never implied), sizes 8..64, every row under impl
+# dion-gdaki-softnic[-provider], the packet and pickup rows skipped. Otherwise p2p, sizes 8..256 with the packet
+# rows, and the pickup row says why it was skipped.
 set -eu
 py=$1 out=$2 tests=$3 dionrun=$4 perf=$5 mode=${6:-p2p}
 csv="$out/perf_cpu_$mode.csv"
 txt="$out/perf_cpu_$mode.txt"
 rm -f "$csv"
 rc=0
+transport="--transport cpu"
 if [ "$mode" = proxy ]; then
   export DION_TRANSPORT=proxy
   max=64 iters=10
 elif [ "$mode" = gdaki ]; then
-  export DION_TRANSPORT=gdaki DION_GDAKI_NIC=softnic
+  unset DION_TRANSPORT || true # dion-perf sets it from --transport
+  transport="--cpu --transport gdaki"
   max=64 iters=10
 else
   unset DION_TRANSPORT || true
   max=256 iters=20
 fi
-"$dionrun" -n 2 --timeout 100 "$perf" --transport cpu --tests "$tests",proxy_pickup --min 8 --max $max \
+"$dionrun" -n 2 --timeout 100 "$perf" $transport --tests "$tests",proxy_pickup --min 8 --max $max \
   --iters $iters --warmup 4 --reps 3 --csv "$csv" --label ci-cpu >"$txt" 2>&1 || rc=$?
 cat "$txt"
 if [ "$rc" != 0 ]; then
@@ -57,6 +60,10 @@ elif [ "$mode" = gdaki ]; then
     echo "FAIL: a CSV row's impl is not $want (gdaki served no peer?)"
     exit 1
   fi
+  grep -Eq '^# dion-perf: 2 ranks, CPU mode .*transport gdaki \(peer 1: gdaki\)' "$txt" || {
+    echo "FAIL: the table's head does not say that gdaki served peer 1 in CPU mode"
+    exit 1
+  }
   grep -q '^# gdaki NIC: the softnic model' "$txt" || {
     echo "FAIL: the table does not say that the softnic model played the NIC"
     exit 1

@@ -46,6 +46,7 @@ typedef struct {
     long long min = 8, max = -1, thread_max = 4096, bw_min = -1, bw_max = -1;
     int iters = -1, warmup = -1, reps = -1, block_threads = -1;
     double row_seconds = 5;
+    int cpu = 0; /* --cpu: CPU mode over the transport --transport names */
 } perf_opts_t;
 
 static perf_opts_t O;
@@ -82,6 +83,8 @@ static void usage(const char *argv0)
         "  --transport KIND  auto, p2p, proxy, gdaki or cpu (CPU threads over host windows); gdaki needs a\n"
         "                    ConnectX or DION_GDAKI_NIC=softnic, the NIC model (a CPU thread per rank: its\n"
         "                    rows time the model, not a NIC; docs/gdaki.md)\n"
+        "  --cpu             CPU mode (CPU threads play the GPU, host windows) over the transport that\n"
+        "                    --transport names (--transport cpu: --cpu over the default transport)\n"
         "  --groups LIST     thread,warp,block     --block-threads N (block size; default 1024, cpu 8)\n"
         "  --min B --max B   sizes: powers of two from min to max   --sizes B,B,...   --thread-max B\n"
         "  --bw-min B --bw-max B  sizes of the bandwidth rows (default: as --min/--max)\n"
@@ -113,6 +116,10 @@ static void parse(int argc, char **argv)
                             : !strcmp(a, "msgrate")   ? "msgrate"
                                                       : ALL_TESTS;
             O.tests += (O.tests.empty() ? "" : ",") + std::string(t);
+            continue;
+        }
+        if (!strcmp(a, "--cpu")) {
+            O.cpu = 1;
             continue;
         }
         if (!v || a[0] != '-') usage(argv[0]);
@@ -389,16 +396,17 @@ static int row_done(double *spent_ns, double ns, int rep)
 
 /* ---- transports ---- */
 
-/* Sets the environment before init: DION_CPU_MODE for cpu, DION_TRANSPORT otherwise. */
+/* Sets the environment before init: DION_CPU_MODE for cpu or --cpu, DION_TRANSPORT for a named transport. */
 static void pick_transport(void)
 {
     const char *t = O.transport;
-    if (!strcmp(t, "cpu")) {
+    if (!strcmp(t, "cpu") || O.cpu) {
         setenv("DION_CPU_MODE", "1", 1);
         cpu_ = 1;
-    } else if (!strcmp(t, "p2p") || !strcmp(t, "proxy") || !strcmp(t, "gdaki")) {
+    }
+    if (!strcmp(t, "p2p") || !strcmp(t, "proxy") || !strcmp(t, "gdaki"))
         setenv("DION_TRANSPORT", t, 1);
-    } else if (strcmp(t, "auto") != 0) {
+    else if (strcmp(t, "auto") != 0 && strcmp(t, "cpu") != 0) {
         fprintf(stderr, "dion-perf: --transport %s: one of auto, p2p, proxy, gdaki, cpu\n", t);
         exit(2);
     }
@@ -409,8 +417,13 @@ static void setup_ok(dion_status_t s, const char *what)
 {
     if (s == DION_SUCCESS) return;
     if (strcmp(O.transport, "auto") != 0 && strcmp(O.transport, "cpu") != 0) {
-        fprintf(stderr, "dion-perf: transport %s cannot run here as asked (%s: %s)\n", O.transport, what,
-                dion_last_error());
+        const char *nic = getenv("DION_GDAKI_NIC");
+        fprintf(stderr, "dion-perf: transport %s cannot run here as asked (%s: %s)%s\n", O.transport, what,
+                dion_last_error(),
+                !strcmp(O.transport, "gdaki") && !(nic && !strcmp(nic, "softnic"))
+                    ? "; without a ConnectX, DION_GDAKI_NIC=softnic runs gdaki against the NIC model (its "
+                      "times are the model's, not a NIC's)"
+                    : "");
         exit(77);
     }
     fprintf(stderr, "FAIL rank %d: %s: %s: %s\n", rank_, what, dion_status_string(s), dion_last_error());
