@@ -93,13 +93,11 @@ static void usage(const char *argv0)
         "                    limit; default 5)\n"
         "  --csv FILE --label L   append CSV rows (impl,label,test,group,bytes,metric,value)\n"
         "  --impl NAME       the CSV's impl column (default: dion when every peer is p2p, else\n"
-        "                    dion-proxy-$DION_OFI_PROVIDER, dion-gdaki-softnic-$DION_OFI_PROVIDER (the NIC\n"
-        "                    model, not a NIC) or dion-gdaki-mlx5, with -hostwin when windows are host "
-        "memory)\n"
-        "  --kernels KIND    auto (the p2p-only kernels unless a peer is served by the proxy or gdaki), "
-        "p2p,\n"
-        "                    proxy (DION_DEVICE_BACKENDS=3 kernels), gdaki (5); put_bw and msgrate take the\n"
-        "                    network shapes with the proxy's or gdaki's\n"
+        "                    dion-proxy-$DION_OFI_PROVIDER, dion-gdaki-softnic-$DION_OFI_PROVIDER (the\n"
+        "                    NIC model, not a NIC) or dion-gdaki-mlx5; -hostwin: host windows)\n"
+        "  --kernels KIND    auto (p2p-only kernels unless a peer is served by the proxy or gdaki), p2p,\n"
+        "                    proxy (DION_DEVICE_BACKENDS=3 kernels), gdaki (5); put_bw and msgrate take\n"
+        "                    the network shapes with the proxy's or gdaki's\n"
         "  --windows KIND    auto (GPU memory; host memory where the backend refuses GPU memory: the\n"
         "                    proxy's tcp engine, the softnic model), gpu, host\n",
         argv0, ALL_TESTS);
