@@ -15,8 +15,9 @@
 #include "bench_common.h"
 #include "dion/dion.h"
 
-/* The kernel bodies twice: here with the p2p device half alone (GPU code's default; the host pass, which CPU
- * mode runs, has both halves), and in dion_perf_proxy.cu with the proxy's too. */
+/* The kernel bodies three times: here with the p2p device half alone (GPU code's default; the host pass,
+ * which CPU mode runs, has every half), in dion_perf_proxy.cu with the proxy's too, and in dion_perf_gdaki.cu
+ * with gdaki's. */
 #define PERF_NS          perf_p2p
 #define PERF_BLOCK_MAX   1024
 #define PERF_RATE_MAX    1024
@@ -29,6 +30,12 @@ cudaError_t gpu_launch(int op, unsigned grid, unsigned threads, const perf_args_
 unsigned block_max(void);
 unsigned rate_max(void);
 } // namespace perf_proxy
+namespace perf_gdaki
+{
+cudaError_t gpu_launch(int op, unsigned grid, unsigned threads, const perf_args_t &a);
+unsigned block_max(void);
+unsigned rate_max(void);
+} // namespace perf_gdaki
 
 /* ---- host side ---- */
 
@@ -39,12 +46,17 @@ typedef struct {
     long long min = 8, max = -1, thread_max = 4096, bw_min = -1, bw_max = -1;
     int iters = -1, warmup = -1, reps = -1, block_threads = -1;
     double row_seconds = 5;
+    int cpu = 0; /* --cpu: CPU mode over the transport --transport names */
 } perf_opts_t;
 
 static perf_opts_t O;
 static int rank_, nranks_, cpu_;
-static int proxy_kernels_;
-#define PERF_CONTEXTS 8 /* GPU: launch the DION_DEVICE_BACKENDS=3 set (some peer is served by the proxy) */
+/* The GPU kernel set launched: the p2p device half alone, with the proxy's (DION_DEVICE_BACKENDS=3), or with
+ * gdaki's (5), after the transports that serve this rank's peers. */
+enum { KS_P2P, KS_PROXY, KS_GDAKI };
+static int kset_;
+static const char *const kset_name_[3] = {"p2p", "proxy", "gdaki"};
+#define PERF_CONTEXTS 8 /* contexts: the proxy's rings, gdaki's QPs per peer (blocks of put_bw, msgrate) */
 static std::string impl_ = "dion";
 static dion_comm_t comm;
 
@@ -68,7 +80,11 @@ static void usage(const char *argv0)
         "usage: %s [latency|bandwidth|msgrate|all] [options]\n"
         "  --tests LIST      comma-separated, from: %s\n"
         "                    (latency = signal,put_signal; bandwidth = put_bw,put_bw_bidir)\n"
-        "  --transport KIND  auto, p2p, proxy, gdaki or cpu (CPU threads over host windows)\n"
+        "  --transport KIND  auto, p2p, proxy, gdaki or cpu (CPU threads over host windows); gdaki needs a\n"
+        "                    ConnectX or DION_GDAKI_NIC=softnic, the NIC model (a CPU thread per rank: its\n"
+        "                    rows time the model, not a NIC; docs/gdaki.md)\n"
+        "  --cpu             CPU mode (CPU threads play the GPU, host windows) over the transport that\n"
+        "                    --transport names (--transport cpu: --cpu over the default transport)\n"
         "  --groups LIST     thread,warp,block     --block-threads N (block size; default 1024, cpu 8)\n"
         "  --min B --max B   sizes: powers of two from min to max   --sizes B,B,...   --thread-max B\n"
         "  --bw-min B --bw-max B  sizes of the bandwidth rows (default: as --min/--max)\n"
@@ -77,12 +93,13 @@ static void usage(const char *argv0)
         "                    limit; default 5)\n"
         "  --csv FILE --label L   append CSV rows (impl,label,test,group,bytes,metric,value)\n"
         "  --impl NAME       the CSV's impl column (default: dion when every peer is p2p, else\n"
-        "                    dion-proxy-$DION_OFI_PROVIDER, with -hostwin when windows are host memory)\n"
-        "  --kernels KIND    auto (the p2p-only kernels unless a peer is served by the proxy), p2p, proxy\n"
-        "                    (DION_DEVICE_BACKENDS=3 kernels; put_bw and msgrate then take the proxy's "
-        "shapes)\n"
-        "  --windows KIND    auto (GPU memory; host memory where the proxy's engine refuses GPU memory),\n"
-        "                    gpu, host\n",
+        "                    dion-proxy-$DION_OFI_PROVIDER, dion-gdaki-softnic-$DION_OFI_PROVIDER (the\n"
+        "                    NIC model, not a NIC) or dion-gdaki-mlx5; -hostwin: host windows)\n"
+        "  --kernels KIND    auto (p2p-only kernels unless a peer is served by the proxy or gdaki), p2p,\n"
+        "                    proxy (DION_DEVICE_BACKENDS=3 kernels), gdaki (5); put_bw and msgrate take\n"
+        "                    the network shapes with the proxy's or gdaki's\n"
+        "  --windows KIND    auto (GPU memory; host memory where the backend refuses GPU memory: the\n"
+        "                    proxy's tcp engine, the softnic model), gpu, host\n",
         argv0, ALL_TESTS);
     exit(2);
 }
@@ -97,6 +114,10 @@ static void parse(int argc, char **argv)
                             : !strcmp(a, "msgrate")   ? "msgrate"
                                                       : ALL_TESTS;
             O.tests += (O.tests.empty() ? "" : ",") + std::string(t);
+            continue;
+        }
+        if (!strcmp(a, "--cpu")) {
+            O.cpu = 1;
             continue;
         }
         if (!v || a[0] != '-') usage(argv[0]);
@@ -146,7 +167,7 @@ static void parse(int argc, char **argv)
         else
             usage(argv[0]);
     }
-    if (!bench_in_list("auto,p2p,proxy", O.kernels) || !bench_in_list("auto,gpu,host", O.windows))
+    if (!bench_in_list("auto,p2p,proxy,gdaki", O.kernels) || !bench_in_list("auto,gpu,host", O.windows))
         usage(argv[0]);
     if (O.tests.empty()) O.tests = ALL_TESTS;
     if (O.tests.find("completion") != std::string::npos) O.tests += ",put_quiet"; /* p2p_bench's name */
@@ -291,11 +312,12 @@ static double launch(int op, unsigned grid, unsigned threads, perf_args_t *a)
     BENCH_CHECK_CUDA(cudaEventCreate(&e0));
     BENCH_CHECK_CUDA(cudaEventCreate(&e1));
     BENCH_CHECK_CUDA(cudaEventRecord(e0));
-    cudaError_t e = proxy_kernels_ ? perf_proxy::gpu_launch(op, grid, threads, *a)
-                                   : perf_p2p::gpu_launch(op, grid, threads, *a);
+    cudaError_t e = kset_ == KS_GDAKI   ? perf_gdaki::gpu_launch(op, grid, threads, *a)
+                    : kset_ == KS_PROXY ? perf_proxy::gpu_launch(op, grid, threads, *a)
+                                        : perf_p2p::gpu_launch(op, grid, threads, *a);
     if (e != cudaSuccess) {
         fprintf(stderr, "FAIL rank %d: launching dion-perf kernel %d (%s set) on %u x %u threads: %s\n",
-                rank_, op, proxy_kernels_ ? "proxy" : "p2p", grid, threads, cudaGetErrorString(e));
+                rank_, op, kset_name_[kset_], grid, threads, cudaGetErrorString(e));
         exit(1);
     }
     BENCH_CHECK_CUDA(cudaEventRecord(e1));
@@ -372,16 +394,17 @@ static int row_done(double *spent_ns, double ns, int rep)
 
 /* ---- transports ---- */
 
-/* Sets the environment before init: DION_CPU_MODE for cpu, DION_TRANSPORT otherwise. */
+/* Sets the environment before init: DION_CPU_MODE for cpu or --cpu, DION_TRANSPORT for a named transport. */
 static void pick_transport(void)
 {
     const char *t = O.transport;
-    if (!strcmp(t, "cpu")) {
+    if (!strcmp(t, "cpu") || O.cpu) {
         setenv("DION_CPU_MODE", "1", 1);
         cpu_ = 1;
-    } else if (!strcmp(t, "p2p") || !strcmp(t, "proxy") || !strcmp(t, "gdaki")) {
+    }
+    if (!strcmp(t, "p2p") || !strcmp(t, "proxy") || !strcmp(t, "gdaki"))
         setenv("DION_TRANSPORT", t, 1);
-    } else if (strcmp(t, "auto") != 0) {
+    else if (strcmp(t, "auto") != 0 && strcmp(t, "cpu") != 0) {
         fprintf(stderr, "dion-perf: --transport %s: one of auto, p2p, proxy, gdaki, cpu\n", t);
         exit(2);
     }
@@ -392,9 +415,13 @@ static void setup_ok(dion_status_t s, const char *what)
 {
     if (s == DION_SUCCESS) return;
     if (strcmp(O.transport, "auto") != 0 && strcmp(O.transport, "cpu") != 0) {
-        fprintf(stderr,
-                "dion-perf: transport %s is not available in this build or on this machine (%s: %s)\n",
-                O.transport, what, dion_last_error());
+        const char *nic = getenv("DION_GDAKI_NIC");
+        fprintf(stderr, "dion-perf: transport %s cannot run here as asked (%s: %s)%s\n", O.transport, what,
+                dion_last_error(),
+                !strcmp(O.transport, "gdaki") && !(nic && !strcmp(nic, "softnic"))
+                    ? "; without a ConnectX, DION_GDAKI_NIC=softnic runs gdaki against the NIC model (its "
+                      "times are the model's, not a NIC's)"
+                    : "");
         exit(77);
     }
     fprintf(stderr, "FAIL rank %d: %s: %s: %s\n", rank_, what, dion_status_string(s), dion_last_error());
@@ -427,6 +454,12 @@ static const char *transport_name(uint32_t t)
 static int has_proxy_peer(const dion_dev_t *dev)
 {
     return (dev->flags & DION_DEVF_PROXY) != 0;
+}
+
+/* Whether some peer of this handle is served by gdaki (then the handle has QPs and the flag). */
+static int has_gdaki_peer(const dion_dev_t *dev)
+{
+    return (dev->flags & DION_DEVF_GDAKI) != 0;
 }
 
 /* The sum of v over all ranks. */
@@ -518,35 +551,60 @@ int main(int argc, char **argv)
     dion_dev_t dev;
     setup_ok(dion_dev_create(comm, &attr, &dev), "dion_dev_create");
     check_transport(&dev);
-    int any_proxy = 0;
+    int any_proxy = 0, any_gdaki = 0;
     OK(sum_all(has_proxy_peer(&dev), &any_proxy));
-    if (!strcmp(O.kernels, "auto"))
-        proxy_kernels_ = has_proxy_peer(&dev);
-    else if (!strcmp(O.kernels, "proxy"))
-        proxy_kernels_ = 1;
-    else if (!strcmp(O.kernels, "p2p") && !has_proxy_peer(&dev))
-        proxy_kernels_ = 0;
-    else if (!strcmp(O.kernels, "p2p") && !cpu_) {
+    OK(sum_all(has_gdaki_peer(&dev), &any_gdaki));
+    /* the kernel set: the one with the device half of the backend serving this rank's peers (no set has
+     * both network halves: a run with peers through both is refused) */
+    const int need = has_gdaki_peer(&dev) ? KS_GDAKI : has_proxy_peer(&dev) ? KS_PROXY : KS_P2P;
+    if (!cpu_ && has_gdaki_peer(&dev) && has_proxy_peer(&dev)) {
         fprintf(stderr,
-                "dion-perf: --kernels p2p, but rank %d reaches a peer through the proxy: those kernels "
-                "lack the proxy's device half (use auto or proxy)\n",
+                "dion-perf: rank %d reaches some peers through the proxy and some through gdaki; no kernel "
+                "set has both device halves (set DION_TRANSPORT=proxy or gdaki)\n",
                 rank_);
         return 2;
     }
-    if (cpu_) proxy_kernels_ = 0; /* CPU mode runs the host pass of the bodies, which has both halves */
-    /* the CSV's impl: one line per transport and provider in plot.py */
+    kset_ = need;
+    if (!strcmp(O.kernels, "proxy"))
+        kset_ = KS_PROXY;
+    else if (!strcmp(O.kernels, "gdaki"))
+        kset_ = KS_GDAKI;
+    else if (!strcmp(O.kernels, "p2p"))
+        kset_ = KS_P2P;
+    if (!cpu_ && need != KS_P2P && kset_ != need) {
+        fprintf(stderr,
+                "dion-perf: --kernels %s, but rank %d reaches a peer through %s: those kernels lack its "
+                "device half (use auto or %s)\n",
+                O.kernels, rank_, kset_name_[need], kset_name_[need]);
+        return 2;
+    }
+    if (cpu_) kset_ = KS_P2P; /* CPU mode runs the host pass of the bodies, which has every half */
+    const int net = any_proxy || any_gdaki;
+    /* the CSV's impl: one line per transport, NIC and provider in plot.py. gdaki's NIC is the softnic model
+     * only when DION_GDAKI_NIC=softnic asked for it (the library never picks it by itself), and the name
+     * says so: its rows time the model's CPU thread, not a NIC. */
     if (O.impl) {
         impl_ = O.impl;
-    } else if (any_proxy) {
-        const char *prov = getenv("DION_OFI_PROVIDER");
-        impl_ = std::string("dion-proxy") + (prov && *prov ? std::string("-") + prov : std::string());
+    } else if (net) {
+        const char *prov = getenv("DION_OFI_PROVIDER"), *nic = getenv("DION_GDAKI_NIC");
+        std::string p = prov && *prov ? std::string("-") + prov : std::string();
+        if (any_gdaki && nic && !strcmp(nic, "softnic"))
+            impl_ = "dion-gdaki-softnic" + p;
+        else if (any_gdaki)
+            impl_ = "dion-gdaki-mlx5";
+        else
+            impl_ = "dion-proxy" + p;
+        if (any_gdaki && any_proxy) impl_ += "+proxy";
         if (win_host_ && !cpu_) impl_ += "-hostwin";
     }
-    /* The proxy's rows take microseconds to tens of them per operation (tcp): fewer rounds by default. */
-    if (O.iters < 0) O.iters = cpu_ ? 200 : any_proxy ? 1000 : 10000;
+    /* The network backends' rows take microseconds to tens of them per operation (tcp): fewer rounds. */
+    if (O.iters < 0) O.iters = cpu_ ? 200 : net ? 1000 : 10000;
     if (O.warmup < 0) O.warmup = O.iters / 10;
-    if (O.reps < 0) O.reps = cpu_ ? 5 : any_proxy ? 5 : 20;
-    const unsigned kmax = cpu_ ? 1024u : proxy_kernels_ ? perf_proxy::block_max() : perf_p2p::block_max();
+    if (O.reps < 0) O.reps = cpu_ ? 5 : net ? 5 : 20;
+    const unsigned kmax = cpu_                ? 1024u
+                          : kset_ == KS_GDAKI ? perf_gdaki::block_max()
+                          : kset_ == KS_PROXY ? perf_proxy::block_max()
+                                              : perf_p2p::block_max();
     if (O.block_threads < 0) O.block_threads = cpu_ ? 8 : (int)kmax;
     if (O.iters < 1 || O.warmup < 0 || O.reps < 1 || O.block_threads < 1 || O.block_threads > (int)kmax) {
         fprintf(stderr, "dion-perf: --iters, --reps >= 1, --warmup >= 0, --block-threads 1..%u\n", kmax);
@@ -570,9 +628,15 @@ int main(int argc, char **argv)
                cpu_ ? "CPU mode (host clock)" : prop.name, O.transport,
                transport_name(dev.peer_inline[1].transport), O.iters, O.warmup);
         printf("# impl %s, windows in %s, kernels %s\n", impl_.c_str(), win_note.c_str(),
-               cpu_             ? "CPU threads"
-               : proxy_kernels_ ? "with the proxy's device half (DION_DEVICE_BACKENDS=3)"
-                                : "p2p device half alone");
+               cpu_                ? "CPU threads"
+               : kset_ == KS_GDAKI ? "with gdaki's device half (DION_DEVICE_BACKENDS=5)"
+               : kset_ == KS_PROXY ? "with the proxy's device half (DION_DEVICE_BACKENDS=3)"
+                                   : "p2p device half alone");
+        if (any_gdaki && impl_.find("softnic") != std::string::npos)
+            printf(
+                "# gdaki NIC: the softnic model (DION_GDAKI_NIC=softnic), a CPU thread per rank that reads "
+                "and executes the work requests through ofi %s: its times are the model's, not a NIC's\n",
+                getenv("DION_OFI_PROVIDER") ? getenv("DION_OFI_PROVIDER") : "(default provider)");
         header();
     }
 
@@ -660,14 +724,19 @@ int main(int argc, char **argv)
     if (wants("packet")) {
         int p2p = !strcmp(transport_name(dev.peer_inline[1].transport), "p2p");
         OK(dion_comm_bcast(comm, &p2p, sizeof p2p, 0));
-        if (!p2p)
-            skipped("packet_pingpong", "packet puts are carried by p2p (and CPU mode) only");
-        else
+        if (!p2p) {
+            std::string why =
+                std::string("packet puts are carried by p2p (and CPU mode over p2p) only; peer 1 "
+                            "is served by ") +
+                transport_name(dev.peer_inline[1].transport);
+            skipped("packet_pingpong", why.c_str());
+        } else {
             for (long long b : sizes)
                 for (int g = 0; g < 3; g++)
                     if (bench_in_list(O.groups, gnames[g]) && (g || b <= O.thread_max) && b <= 4096 &&
                         DION_PACKET_SPAN(b) <= area / 2)
                         latency_row("packet_pingpong", gnames[g], T_PKT_THREAD + g, b, 1, "oneway_us", 0.5);
+        }
     }
     if (wants("put_quiet"))
         for (long long b : sizes)
@@ -710,10 +779,11 @@ int main(int argc, char **argv)
         if (!wants(bidir ? "put_bw_bidir" : "put_bw")) continue;
         const char *test = bidir ? "put_bw_bidir" : "put_bw";
         for (long long b : bw_sizes) {
-            /* p2p: every SM copies. The proxy: one command per block and round, each block on its own
-             * context (ring), so that the proxy sees a few large puts rather than thousands of small ones. */
-            unsigned blocks = cpu_ ? 2 : proxy_kernels_ ? PERF_CONTEXTS : (unsigned)nsm * 4;
-            unsigned threads = cpu_ ? bt : proxy_kernels_ ? 32 : 512;
+            /* p2p: every SM copies. The proxy and gdaki: one command (work request) per block and round, each
+             * block on its own context (ring, QP), so that the proxy or NIC sees a few large puts rather than
+             * thousands of small ones. */
+            unsigned blocks = cpu_ ? 2 : kset_ != KS_P2P ? PERF_CONTEXTS : (unsigned)nsm * 4;
+            unsigned threads = cpu_ ? bt : kset_ != KS_P2P ? 32 : 512;
             size_t chunk = ((size_t)b / blocks + 4095) / 4096 * 4096;
             if (chunk == 0) chunk = 4096;
             unsigned used = (unsigned)std::min<size_t>(blocks, ((size_t)b + chunk - 1) / chunk);
@@ -750,16 +820,17 @@ int main(int argc, char **argv)
         }
     }
 
-    /* message rate: 8-byte puts from 1, 8 and all SMs (CPU mode: 1, 2 and 4 blocks). Through the proxy every
-     * put is a command: 64 threads per block, blocks spread over the contexts' rings, and about 16 Ki
-     * commands per grid (a thread posts 4 to 256), so that each of the three takes about as long. */
+    /* message rate: 8-byte puts from 1, 8 and all SMs (CPU mode: 1, 2 and 4 blocks). Through the proxy
+     * (gdaki) every put is a command (an inline WRITE): 64 threads per block, blocks spread over the
+     * contexts' rings (QPs), and about 16 Ki puts per grid (a thread posts 4 to 256), so that each of the
+     * three takes about as long. */
     if (wants("msgrate")) {
-        const unsigned grids[3] = {1, cpu_ ? 2u : 8u, cpu_ ? 4u : (unsigned)nsm * (proxy_kernels_ ? 1 : 2)};
+        const unsigned grids[3] = {1, cpu_ ? 2u : 8u, cpu_ ? 4u : (unsigned)nsm * (kset_ != KS_P2P ? 1 : 2)};
         const char *names[3] = {"put8_msgrate_1sm", "put8_msgrate_8sm", "put8_msgrate_allsm"};
         for (int k = 0; k < 3; k++) {
-            unsigned threads = cpu_ ? 4 : proxy_kernels_ ? 64 : 256;
+            unsigned threads = cpu_ ? 4 : kset_ != KS_P2P ? 64 : 256;
             a.per_thread = cpu_ ? 64 : 256;
-            if (proxy_kernels_)
+            if (kset_ != KS_P2P)
                 a.per_thread = (int)std::min(256u, std::max(4u, 16384u / (grids[k] * threads)));
             a.nthreads = (size_t)grids[k] * threads;
             a.msg_words = (int)std::min<size_t>(a.nthreads * (size_t)a.per_thread, (size_t)msg_words);

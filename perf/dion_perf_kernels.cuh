@@ -1,7 +1,8 @@
-/* dion-perf's kernel bodies, compiled twice: by dion_perf.cu with the p2p device half alone (GPU code's
- * default; its host pass, the CPU-mode bodies, has both halves) and by dion_perf_proxy.cu with
- * DION_DEVICE_BACKENDS=3 for runs where some peer is served by the proxy. The p2p-only kernels are then
- * exactly what they were before the proxy existed, and the proxy's dispatch costs them nothing. Each
+/* dion-perf's kernel bodies, compiled three times: by dion_perf.cu with the p2p device half alone (GPU code's
+ * default; its host pass, the CPU-mode bodies, has every half), by dion_perf_proxy.cu with
+ * DION_DEVICE_BACKENDS=3 for runs where some peer is served by the proxy, and by dion_perf_gdaki.cu with
+ * DION_DEVICE_BACKENDS=5 where some peer is served by gdaki. The p2p-only kernels are then exactly what they
+ * were before the network backends existed, and their dispatch costs them nothing. Each
  * translation unit defines PERF_NS (its namespace), PERF_BLOCK_MAX and PERF_RATE_MAX (launch bounds, see
  * perf_max_threads) before including this.
  *
@@ -59,8 +60,9 @@ typedef struct {
 namespace PERF_NS
 {
 
-/* The proxy spreads blocks over contexts (a command ring each); p2p keeps context 0, as before. */
-#if DION__HAS_PROXY
+/* The proxy and gdaki spread blocks over contexts (a command ring, or a QP per peer, each); p2p keeps
+ * context 0, as before. */
+#if DION__HAS_PROXY || DION__HAS_GDAKI
 #define PERF_BLOCK_CTX(dev) dion_ctx(dev, dion__block_index())
 #else
 #define PERF_BLOCK_CTX(dev) dion_ctx(dev, 0)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Draws the benchmark CSVs (impl,label,test,group,bytes,metric,value) written by dion-perf, p2p_bench,
 nvshmem_bench and nccl_lsa_bench, one line per impl: library, or DION's transport and provider (dion is p2p;
-dion-proxy-shm, dion-proxy-tcp[-hostwin] the proxy over libfabric's providers; dion-ring the proxy's ring alone):
+dion-proxy-shm, dion-proxy-tcp[-hostwin] the proxy over libfabric's providers; dion-ring the proxy's ring alone;
+dion-gdaki-softnic-shm/tcp[-hostwin] gdaki's device half posting to the softnic NIC model, whose CPU thread
+executes the work requests over those providers: the model's times, not a NIC's):
   - latency against size per cooperation group: put_signal ping-pong (one-way), put + quiet, get;
   - bandwidth against size: put_bw (one way) and put_bw_bidir (both ways at once);
   - DION's packet puts against put_signal (the crossover size);
@@ -26,7 +28,8 @@ except ImportError:
 STYLE = {"dion": ("tab:blue", "o"), "nvshmem": ("tab:orange", "s"), "nccl_lsa": ("tab:green", "^"),
          "dion-proxy-shm": ("tab:red", "D"), "dion-proxy-shm-hostwin": ("tab:brown", "d"),
          "dion-proxy-tcp": ("tab:purple", "v"), "dion-proxy-tcp-hostwin": ("tab:purple", "v"),
-         "dion-ring": ("tab:pink", "*")}
+         "dion-ring": ("tab:pink", "*"),
+         "dion-gdaki-softnic-shm-hostwin": ("goldenrod", "P"), "dion-gdaki-softnic-tcp-hostwin": ("teal", "X")}
 EXTRA = ["tab:olive", "tab:cyan", "tab:gray", "black"]
 
 
@@ -196,12 +199,15 @@ def summary_plot(rows, label, out):
 
 
 def transport_plot(rows, label, out):
-    """DION's transports side by side: one bar per impl (p2p, proxy per provider, the ring alone) per figure."""
+    """DION's transports side by side: one bar per impl (p2p, proxy per provider, the ring alone, gdaki on the
+    softnic model per provider) per figure."""
     keys = [("proxy_pickup", "thread", None, "oneway_us_median", "proxy pickup, one-way (us)"),
             ("proxy_pickup", "thread", 8, "oneway_us", "ring alone: pickup one-way (us)"),
             ("signal_pingpong", "thread", 0, "oneway_us_median", "signal one-way (us)"),
             ("put_signal_pingpong", "thread", 8, "oneway_us_median", "put_signal 8 B one-way (us)"),
             ("put_quiet", "thread", 8, "latency_us_median", "put 8 B + quiet (us)"),
+            ("get", "thread", 8, "latency_us_median", "get 8 B (us)"),
+            ("fetch_add", "thread", 8, "latency_us_median", "fetch-add (us)"),
             ("put8_msgrate_1sm", "thread", 8, "Mops_median", "8 B puts, 1 SM (Mops)"),
             ("put8_msgrate_8sm", "thread", 8, "Mops_median", "8 B puts, 8 SMs (Mops)"),
             ("put8_msgrate_allsm", "thread", 8, "Mops_median", "8 B puts, all SMs (Mops)")]

@@ -2,8 +2,9 @@
 # Builds DION for sm_90 and runs, on the GPU machine, in one go: the gpu-labelled tests (ranks sharing GPU 0
 # under MPS; one rank per GPU where there are several), compute-sanitizer (memcheck, racecheck), and the
 # benchmarks of DION, NVSHMEM and NCCL's LSA device API side by side; on request (STEPS) the proxy ring's
-# pickup latency, dion-perf through p2p and the proxy side by side (proxy), the gdaki and proxy posting rates
-# (gdakirate), scripts/setup.sh run from a fresh copy, and p2p_bench under plain mpirun. Logs and CSV go to $OUT.
+# pickup latency, dion-perf through p2p, the proxy and gdaki on the softnic model side by side (proxy; a short
+# gdaki call alone: gdakiperf), the gdaki and proxy posting rates (gdakirate), scripts/setup.sh run from a fresh
+# copy, and p2p_bench under plain mpirun. Logs and CSV go to $OUT.
 # Every step is bounded by its own timeout so that one hang cannot eat the whole run.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -48,6 +49,26 @@ if want gdaki; then # GPU kernels through the gdaki device half to the softnic m
   (cd $B && CUDA_VISIBLE_DEVICES=0 DION_LOG=${GDAKI_LOG:-warn} run ctest_gdaki ${GDAKI_SECS:-300} ctest -L gpu -V \
     -R "conf_gpu_gdaki|mlx5_warp_gpu|gdaki_mlx5_gpu|gdaki_post")
   grep -E "^(PASS|FAIL|SKIP)|FAIL rank|timed out|stall:|Test +#" "$OUT/ctest_gdaki.log" | tail -n 60
+fi
+if want gdaki || want gdakiperf; then # gdakiperf: this part of step gdaki alone (about a minute)
+  # dion-perf over gdaki in one short call next to p2p (one CSV): GPU threads post the work requests, the
+  # softnic model's CPU thread executes them over ofi shm / tcp (host windows: the model serves host memory).
+  # impl dion-gdaki-softnic-<prov>-hostwin: the model's times, not a NIC's. Packet and pickup rows must say why
+  # they are skipped. (The proxy step has the full rows, 1 and 2 GPUs.)
+  GPCSV="$OUT/gdaki_perf.csv"
+  GQ=(--tests signal,put_signal,put_quiet,get,fetch_add,barrier,msgrate,packet,proxy_pickup --sizes 8,4096
+      --reps 3 --row-seconds 1)
+  CUDA_VISIBLE_DEVICES=0 run gdaki_perf_p2p 45 $B/dionrun -n 2 --mps --timeout 40 $B/perf/dion-perf \
+    --transport p2p "${GQ[@]}" --iters 2000 --csv "$GPCSV" --label 1gpu-mps
+  for prov in shm tcp; do
+    CUDA_VISIBLE_DEVICES=0 DION_GDAKI_NIC=softnic DION_OFI_PROVIDER=$prov run gdaki_perf_$prov 70 \
+      $B/dionrun -n 2 --mps --timeout 65 $B/perf/dion-perf --transport gdaki "${GQ[@]}" --iters 300 \
+      --windows host --csv "$GPCSV" --label 1gpu-mps
+  done
+  grep -hE "^# (impl|gdaki NIC|ok|FAIL)|^(signal_pingpong|put_signal_pingpong|put_quiet|get|fetch_add) +thread +[08] |^put8_msgrate|skipped|FAIL|launching" \
+    "$OUT"/gdaki_perf_*.log | tee -a "$OUT/steps.log"
+  python3 perf/check_csv.py "$GPCSV" put_signal_pingpong,put_quiet,get,fetch_add,barrier_2ranks,put8_msgrate_allsm \
+    | tee -a "$OUT/steps.log"
 fi
 if [ "$NGPU" -ge 2 ] && want proxy2; then # GPU kernels over the proxy with one rank per GPU (no MPS)
   for prov in shm tcp; do
@@ -183,8 +204,11 @@ fi
 if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi shm, ofi tcp) side by side, one CSV
   # proxy.csv's impl column names transport and provider: dion (p2p), dion-proxy-shm, dion-proxy-tcp[-hostwin]
   # (tcp cannot register GPU memory: its windows are host memory), dion-ring (perf/proxy_ring_bench: the ring
-  # alone, no ranks). Labels: 1gpu-mps (2 ranks under MPS), 2gpu (one rank per GPU). Proxy threads never nap
-  # here (DION_PROXY_SPIN=10s), so that the rows measure the proxy, not its idle back-off.
+  # alone, no ranks), dion-gdaki-softnic-shm/tcp-hostwin (issue 9: GPU threads post mlx5 work requests to the
+  # softnic NIC model, DION_GDAKI_NIC=softnic, whose CPU thread executes them over ofi shm / tcp; the model
+  # serves host memory only, so host windows; its times are the model's, not a NIC's). Labels: 1gpu-mps (2
+  # ranks under MPS), 2gpu (one rank per GPU). Proxy threads never nap here (DION_PROXY_SPIN=10s), so that
+  # the rows measure the proxy, not its idle back-off.
   PCSV="$OUT/proxy.csv"
   PT=(--tests signal,put_signal,put_quiet,fetch_add,proxy_pickup,put_bw,msgrate --sizes 8,4096,65536
       --bw-min 1048576 --bw-max 268435456 --reps 3 --row-seconds 1)
@@ -199,6 +223,7 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
   for where in 1gpu-mps 2gpu; do
     if [ $where = 1gpu-mps ]; then DR=($B/dionrun -n 2 --mps --timeout 40); VIS=0
     else [ "$NGPU" -ge 2 ] || continue; DR=($B/dionrun -n 2 --timeout 40); VIS=0,1; fi
+    GDR=("${DR[@]:0:${#DR[@]}-2}" --timeout 65) # gdaki over the model's tcp: more time than the proxy's rows
     CUDA_VISIBLE_DEVICES=$VIS run proxy_p2p_$where 45 "${DR[@]}" $B/perf/dion-perf --transport p2p "${PT[@]}" \
       --iters 2000 --csv "$PCSV" --label $where
     for prov in shm tcp; do # tcp: host windows at once (GPU memory is refused); shm: GPU memory where it has FI_HMEM
@@ -214,6 +239,13 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
           --label $where
       fi
     done
+    # gdaki on the softnic model, its engine over shm and tcp: the same rows (put_bw to 16 MiB: the model moves
+    # the bytes with host copies or tcp), plus get; packet and pickup skipped with their sentences
+    for prov in shm tcp; do
+      CUDA_VISIBLE_DEVICES=$VIS DION_GDAKI_NIC=softnic DION_OFI_PROVIDER=$prov run gdaki_${prov}_$where 70 \
+        "${GDR[@]}" $B/perf/dion-perf --transport gdaki "${PT[@]}" --tests get,packet \
+        --bw-max 16777216 --iters 300 --windows host --csv "$PCSV" --label $where
+    done
     # signals as plain atomics confirmed by a later fetch (DION_OFI_SIGNAL=plain) against the default fetching ones
     CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=shm DION_PROXY_SPIN=10s DION_OFI_SIGNAL=plain DION_LOG=info \
       run proxy_shm_plainsig_$where 45 "${DR[@]}" $B/perf/dion-perf --transport proxy \
@@ -226,8 +258,8 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
       --reps 3 --row-seconds 1 --iters 300 --windows host --impl dion-proxy-shm-hostwin-spin50us --csv "$PCSV" \
       --label $where
   done
-  grep -hE "^# impl|^# (ok|FAIL)|^proxy_pickup|^put_signal_pingpong +thread +8 |^put8_msgrate|^(one|pingpong) |ofi: times" \
-    "$OUT"/proxy_*.log \
+  grep -hE "^# impl|^# (ok|FAIL)|^proxy_pickup|^put_signal_pingpong +thread +8 |^put8_msgrate|^(one|pingpong) |ofi: times|launching" \
+    "$OUT"/proxy_*.log "$OUT"/gdaki_*.log \
     | tee -a "$OUT/steps.log"
   python3 perf/check_csv.py "$PCSV" put_signal_pingpong,put_quiet,proxy_pickup,put_bw,put8_msgrate_allsm \
     | tee -a "$OUT/steps.log"
