@@ -211,11 +211,12 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "that a provider that drops an error (shm after a refused access) or a vanished peer cannot hang the "
      "proxy; 0 waits forever.",
      NULL},
-    {"DION_OFI_PEER_OPS", DION_CFG_INT, "-1", NULL,
+    {"DION_OFI_PEER_OPS", DION_CFG_INT, "0", NULL,
      "Operations the ofi engine keeps unconfirmed per peer (posted, not yet known processed by it); more "
      "wait in the engine's queue for that peer, so that the provider is not driven into refusing posts "
-     "(-FI_EAGAIN) that are then retried on every pass. -1: for shm, a quarter of the target's command "
-     "queue shared by the peers that send to it, at least 16; no bound for other providers. 0: no bound.",
+     "(-FI_EAGAIN) that are then retried on every pass. 0: no bound (the default: on the H200 the bound "
+     "removed shm's refusals but cost message rate). -1: for shm, a quarter of the target's command queue "
+     "shared by the peers that send to it, at least 16; no bound for other providers.",
      NULL},
     {"DION_OFI_LIBRARY", DION_CFG_STRING, "libfabric.so.1", NULL,
      "The libfabric shared library the ofi engine loads at run time (a name for the loader's search, or a "

@@ -79,8 +79,9 @@ foreach(prov tcp shm)
             ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=${prov};DION_OFI_OP_TIMEOUT=1s")
 endforeach()
 
-# The per-peer bound (DION_OFI_PEER_OPS) over shm: 2000 puts posted without polling are held by the engine, none is
-# refused by the provider; unbounded (=0) shm refuses some (the test can tell the two apart).
-dion_test(NAME engine_ofi_bound_shm COMMAND test_engine_ofi bound none LABELS "host;cpu" TIMEOUT 60)
+# The per-peer bound (DION_OFI_PEER_OPS=-1, shm's automatic one) over shm: 2000 puts posted without polling are held
+# by the engine, none is refused by the provider; unbounded (0, the default) shm refuses some (the test can tell).
+dion_test(NAME engine_ofi_bound_shm COMMAND test_engine_ofi bound none LABELS "host;cpu" TIMEOUT 60
+          ENV "DION_OFI_PEER_OPS=-1")
 dion_test(NAME engine_ofi_bound_shm_unbounded COMMAND test_engine_ofi bound some LABELS "host;cpu" TIMEOUT 60
           ENV "DION_OFI_PEER_OPS=0")

@@ -1224,9 +1224,9 @@ static int mode_refuse(const char *prov)
 
 /* The per-peer bound (DION_OFI_PEER_OPS) over shm, one rank talking to itself: 2000 8-byte puts posted
  * without polling between them (except when the engine is full) fill shm's command queue unless the engine
- * holds them back. expect "none": no post refused (the bound keeps the queue below shm's limit) and some
- * held; "some": the provider refused posts (DION_OFI_PEER_OPS=0, the unbounded engine: shows the test can
- * tell). Data checked. */
+ * holds them back. expect "none" (run with DION_OFI_PEER_OPS=-1): no post refused (the bound keeps the queue
+ * below shm's limit) and some held; "some": the provider refused posts (DION_OFI_PEER_OPS=0, the default:
+ * shows the test can tell). Data checked. */
 static int mode_bound(const char *expect)
 {
     setenv("DION_OFI_PROVIDER", "shm", 1);

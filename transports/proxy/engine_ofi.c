@@ -296,7 +296,7 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
         snprintf(why, cap, "%s", dion_last_error());
         return DION_ERR_INVALID_ARG;
     }
-    long long peer_ops = -1;
+    long long peer_ops = 0;
     if (dion__cfg_int("DION_OFI_PEER_OPS", -1, 1 << 24, &peer_ops) != DION_SUCCESS) {
         snprintf(why, cap, "%s", dion_last_error());
         return DION_ERR_INVALID_ARG;
