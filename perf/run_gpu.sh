@@ -251,6 +251,11 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
       run proxy_shm_plainsig_$where 45 "${DR[@]}" $B/perf/dion-perf --transport proxy \
       --tests signal,put_signal,put_quiet,fetch_add,msgrate --sizes 8,4096 --reps 3 --row-seconds 1 --iters 300 \
       --windows host --impl dion-proxy-shm-hostwin-plainsig --csv "$PCSV" --label $where
+    # a small put_signal or a signal as one shm message applied by the target's engine (DION_OFI_SIGNAL=msg)
+    CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=shm DION_PROXY_SPIN=10s DION_OFI_SIGNAL=msg DION_LOG=info \
+      run proxy_shm_msgsig_$where 45 "${DR[@]}" $B/perf/dion-perf --transport proxy \
+      --tests signal,put_signal,put_quiet,fetch_add,msgrate --sizes 8,4096 --reps 3 --row-seconds 1 --iters 300 \
+      --windows host --impl dion-proxy-shm-hostwin-msgsig --csv "$PCSV" --label $where
     # the default idle back-off (spin 50 us, then naps): a rank that only receives (put_bw, msgrate) must keep
     # up without DION_PROXY_SPIN=10s now that served peers' operations keep its proxy awake (impl ...-spin50us)
     CUDA_VISIBLE_DEVICES=$VIS DION_OFI_PROVIDER=shm run proxy_shm_spin_$where 45 "${DR[@]}" $B/perf/dion-perf \
