@@ -801,6 +801,22 @@ DION_HD void dion__wait_acquire(uint32_t scope)
 #endif
 }
 
+/* A wait that ran out of time: its error record (what it waited for, what it saw) and the statistic. */
+DION_HD dion_status_t dion__wait_timed_out(const dion_ctx_t *c, dion_op_t op, uint32_t sig, uint32_t cmp,
+                                           uint64_t value, uint64_t seen)
+{
+    const dion_dev_t *d = &c->dev;
+    dion__err_t e = dion__err(DION_ERR_TIMEOUT, op, d->rank);
+    e.sig = sig;
+    e.cmp = cmp;
+    e.expected = value;
+    e.observed = seen;
+    e.limit = d->wait_timeout_ns;
+    dion__record(c, e);
+    DION__STAT(c, wait_timeouts, 1);
+    return DION_ERR_TIMEOUT;
+}
+
 /* The rare part of a wait after polls polls (a multiple of 128 until 4096, then every poll): the abort word
  * and the clock every 128 polls, the timeout's record, then the back-off. DION_SUCCESS: keep polling. The
  * clock starts at the first look, so a wait that succeeds within 128 polls never reads it. */
@@ -813,17 +829,8 @@ DION_HD dion_status_t dion__wait_rare(const dion_ctx_t *c, uint32_t scope, uint3
         if (ab) return (dion_status_t)ab;
         uint64_t now = dion__time_ns();
         if (*start == 0) *start = now;
-        if (d->wait_timeout_ns && now - *start > d->wait_timeout_ns) {
-            dion__err_t e = dion__err(DION_ERR_TIMEOUT, op, d->rank);
-            e.sig = sig;
-            e.cmp = cmp;
-            e.expected = value;
-            e.observed = v;
-            e.limit = d->wait_timeout_ns;
-            dion__record(c, e);
-            DION__STAT(c, wait_timeouts, 1);
-            return DION_ERR_TIMEOUT;
-        }
+        if (d->wait_timeout_ns && now - *start > d->wait_timeout_ns)
+            return dion__wait_timed_out(c, op, sig, cmp, value, v);
     }
     dion__backoff(polls);
     return DION_SUCCESS;
@@ -910,16 +917,8 @@ hit:
             uint64_t now = dion__time_ns();
             if (start == 0) start = now;
             if (d->wait_timeout_ns && now - start > d->wait_timeout_ns) {
-                dion__err_t e = dion__err(DION_ERR_TIMEOUT, op, d->rank);
-                e.sig = sig;
-                e.cmp = cmp;
-                e.expected = value;
-                e.observed = v;
-                e.limit = d->wait_timeout_ns;
-                dion__record(c, e);
-                DION__STAT(c, wait_timeouts, 1);
                 if (observed) *observed = v;
-                return DION_ERR_TIMEOUT;
+                return dion__wait_timed_out(c, op, sig, cmp, value, v);
             }
         }
         dion__backoff(polls);

@@ -110,16 +110,8 @@ DION_HD dion_status_t dion__lcount_wait(const dion_ctx_t *c, uint32_t counter, u
             uint64_t now = dion__time_ns();
             if (start == 0) start = now;
             if (d->wait_timeout_ns && now - start > d->wait_timeout_ns) {
-                dion__err_t e = dion__err(DION_ERR_TIMEOUT, DION_OP_COUNTER_WAIT, d->rank);
-                e.sig = counter;
-                e.cmp = DION_CMP_GE;
-                e.expected = value;
-                e.observed = v;
-                e.limit = d->wait_timeout_ns;
-                dion__record(c, e);
-                DION__STAT(c, wait_timeouts, 1);
                 *observed = v;
-                return DION_ERR_TIMEOUT;
+                return dion__wait_timed_out(c, DION_OP_COUNTER_WAIT, counter, DION_CMP_GE, value, v);
             }
         }
         dion__backoff(polls);
