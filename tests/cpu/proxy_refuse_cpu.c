@@ -12,6 +12,7 @@
 #include "dion/dion.h"
 #include "dion/dion_device.cuh"
 #include "transports/proxy/engine.h"
+#include "../common/test_time.h"
 
 typedef struct {
     dion_dev_t dev;
@@ -26,13 +27,6 @@ static void kern(void *p)
     dion_ctx_t c = dion_ctx(a->dev, 0);
     dion_put(c, a->win, 1, a->off, a->win, 0, a->bytes);
     a->quiet = dion_quiet(c);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 #define OK(x)                                                                                                \

@@ -17,6 +17,7 @@
 #include "dion/dion_device.cuh"
 #include "transports/proxy/px.h"
 #include "transports/transport.h"
+#include "../common/test_time.h"
 
 #define CTXS 8
 
@@ -38,13 +39,6 @@ static void kern(void *p)
         dion_put(c, a->win, 1, a->base + w * 8, a->win, (w % 1024) * 8, 8);
     }
     if (dion_quiet(c) != DION_SUCCESS) __atomic_store_n(&a->failed, 1, __ATOMIC_RELAXED);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 #define OK(x)                                                                                                \

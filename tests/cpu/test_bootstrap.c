@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "dion/dion.h"
+#include "../common/test_time.h"
 
 #define FAIL(...)                                                                                            \
     do {                                                                                                     \
@@ -31,13 +32,6 @@
         dion_status_t s_ = (call);                                                                           \
         if (s_ != DION_SUCCESS) FAIL("%s -> %s: %s", #call, dion_status_string(s_), dion_last_error());      \
     } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static unsigned char pattern(int rank, size_t i, unsigned salt)
 {

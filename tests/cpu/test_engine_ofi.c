@@ -31,6 +31,7 @@
 #include "dion/dion.h"
 #include "transports/proxy/engine.h"
 #include "transports/proxy/staging.h"
+#include "../common/test_time.h"
 
 #define FAIL(...)                                                                                            \
     do {                                                                                                     \
@@ -95,13 +96,6 @@ static uint64_t g_err_cookie[8];
 static int g_nerr, g_err_allowed;
 static uint64_t g_served;  /* polls after which the engine said it served peers' operations */
 static uint8_t *g_dshared; /* F: n * DSLICE bytes mapped shared before the ranks are forked */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rng_next(uint64_t *s)
 {

@@ -12,6 +12,7 @@
 
 #include "dion/dion.h"
 #include "transports/proxy/engine.h"
+#include "../common/test_time.h"
 
 #define FAIL(...)                                                                                            \
     do {                                                                                                     \
@@ -32,13 +33,6 @@
     } while (0)
 
 static const dion__engine_ops_t *E = &dion__engine_ofi;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static dion__engine_cqe_t wait_one(dion__engine_t *e, uint64_t cookie)
 {

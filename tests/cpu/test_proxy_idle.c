@@ -22,6 +22,7 @@
 #include "dion/dion.h"
 #include "transports/proxy/engine.h"
 #include "transports/proxy/proxy.h"
+#include "../common/test_time.h"
 
 #define NOPS   100
 #define ADDEND 7ull
@@ -46,13 +47,6 @@ static int g_rank;
 static const dion__engine_ops_t *E = &dion__engine_ofi;
 static dion__engine_t *g_e;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The receiver's proxy thread: progress polls the engine (nothing of its own is posted, so no completions
  * are expected), wait arms its wait object, as the proxy backend's glue does. */
