@@ -366,8 +366,10 @@ void dion__ofi_msg_acks(dion__engine_t *e)
         if (rc == 0) {
             e->n_acks++;
             p->macked = a.upto;
-            memmove(p->mfail, p->mfail + nf, (p->nmfail - nf) * sizeof *p->mfail);
-            p->nmfail -= nf;
+            if (nf) { /* mfail is NULL until a refusal was recorded */
+                memmove(p->mfail, p->mfail + nf, (p->nmfail - nf) * sizeof *p->mfail);
+                p->nmfail -= nf;
+            }
             if (p->macked < p->mrx) {
                 e->ackq[k++] = r;
                 continue;
