@@ -35,6 +35,10 @@ dion_test(NAME engine_ofi_auto_2 COMMAND test_engine_ofi auto 2 LABELS "host;cpu
 dion_test(NAME engine_ofi_staging COMMAND test_engine_ofi stage LABELS "host;cpu" TIMEOUT 120
           ENV "DION_OFI_OP_TIMEOUT=20s")
 dion_test(NAME engine_ofi_missing COMMAND test_engine_ofi missing LABELS "host;cpu" TIMEOUT 60)
+# Files in /dev/shm under the shm provider's default names for this process (left by a killed process whose pid
+# this one reuses): the engine names its endpoint itself and opens beside them.
+dion_test(NAME engine_ofi_shm_stale COMMAND test_engine_ofi stale LABELS "host;cpu" TIMEOUT 60
+          ENV "DION_OFI_OP_TIMEOUT=20s")
 
 # GPU memory through the engine (FI_HMEM where the provider has it, else the "needs staging" refusal). Needs a GPU.
 add_executable(test_engine_ofi_gpu ${CMAKE_CURRENT_SOURCE_DIR}/test_engine_ofi_gpu.c)

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1286,6 +1287,77 @@ static int mode_bound(const char *expect)
     return 0;
 }
 
+/* A file in /dev/shm under the name libfabric's shm provider would give this process's endpoint by default
+ * (pid, uid, endpoint count), as a killed process whose pid this one now has leaves it, or a process of
+ * another PID namespace sharing /dev/shm: the provider refused such a name (fi_enable: -FI_EBUSY, CI
+ * 2026-12-01). The engine names its endpoint itself, so opening, a put to itself and its data work, and the
+ * file is untouched. */
+static char g_stale[4][96];
+
+static void stale_unlink(void)
+{
+    for (int k = 0; k < 4; k++)
+        if (g_stale[k][0]) unlink(g_stale[k]);
+}
+
+static int mode_stale(void)
+{
+    setenv("DION_OFI_PROVIDER", "shm", 1);
+    char(*paths)[96] = g_stale;
+    atexit(stale_unlink); /* a failure leaves nothing behind either */
+    static const char *const formats[2] = {"/dev/shm/%ld:%ld:%d", "/dev/shm/%ld:%ld:0:%d"}; /* 1.17, newer */
+    for (int k = 0; k < 4; k++) {
+        snprintf(paths[k], sizeof paths[k], formats[k / 2], (long)getpid(), (long)getuid(), k % 2);
+        FILE *f = fopen(paths[k], "wx");
+        if (!f) {
+            paths[k][0] = 0; /* not ours */
+            printf("SKIP: cannot create %s: %s\n", paths[k], strerror(errno));
+            return 77;
+        }
+        static const char zeros[4096];
+        if (fwrite(zeros, 1, sizeof zeros, f) != sizeof zeros) FAIL("stale: writing %s failed", paths[k]);
+        fclose(f);
+    }
+    char why[512];
+    dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
+    dion_status_t os = E->open(&oa, &g_e, why, sizeof why);
+    if (os == DION_ERR_UNSUPPORTED) {
+        printf("SKIP: the ofi engine cannot open here: %s\n", why);
+        return 77;
+    }
+    if (os != DION_SUCCESS) FAIL("stale: open beside files under the default shm names: %s", why);
+    dion__engine_addr_t self;
+    CHECK_OK(E->address(g_e, &self));
+    if (!memchr(self.bytes, 0, self.len) || strncmp((const char *)self.bytes, "dion-", 5))
+        FAIL("stale: the endpoint's name is '%.*s', not one the engine chose", (int)self.len, self.bytes);
+    CHECK_OK(E->connect(g_e, &self, 1));
+    const size_t wbytes = 1u << 16;
+    uint8_t *win = aligned_alloc(4096, wbytes), *src = aligned_alloc(4096, wbytes);
+    memset(win, 0, wbytes);
+    dion__engine_mr_t *wmr, *smr;
+    dion__engine_rkey_t wkey, skey;
+    CHECK_OK(E->mem_reg(g_e, win, wbytes, DION__ENGINE_MEM_HOST, &wmr, &wkey));
+    CHECK_OK(E->mem_reg(g_e, src, wbytes, DION__ENGINE_MEM_HOST, &smr, &skey));
+    g_rec = calloc(MAXCOOKIES, sizeof *g_rec);
+    uint64_t rs = 0x57a1e000ull ^ (uint64_t)getpid();
+    for (size_t i = 0; i < wbytes; i++) src[i] = pat(0x3c, i);
+    size_t len = 1 + rng_next(&rs) % 8192, off = rng_next(&rs) % (wbytes - 8192);
+    post_t put = {.kind = 0, .peer = 0, .lmr = smr, .local = src, .rk = &wkey, .roff = off, .bytes = len};
+    wait_op(post_op(&put), 1);
+    if (memcmp(win + off, src, len)) FAIL("stale: a put of %zu bytes at offset %zu did not land", len, off);
+    E->mem_dereg(g_e, smr);
+    E->mem_dereg(g_e, wmr);
+    E->close(g_e);
+    for (int k = 0; k < 4; k++) {
+        struct stat st;
+        if (stat(paths[k], &st) != 0 || st.st_size != 4096)
+            FAIL("stale: %s was removed or changed by the engine", paths[k]);
+    }
+    printf("ok: stale shm files under the default names ignored; endpoint '%s'; put of %zu bytes landed\n",
+           (const char *)self.bytes, len);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "bound")) {
@@ -1298,6 +1370,10 @@ int main(int argc, char **argv)
     }
     if (argc == 2 && !strcmp(argv[1], "stage")) return mode_stage();
     if (argc == 2 && !strcmp(argv[1], "missing")) return mode_missing();
+    if (argc == 2 && !strcmp(argv[1], "stale")) {
+        alarm(60);
+        return mode_stale();
+    }
     if (argc < 3) {
         fprintf(stderr, "usage: test_engine_ofi PROVIDER NRANKS\n");
         return 2;

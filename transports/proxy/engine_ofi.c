@@ -18,8 +18,12 @@
  *  - wait: the ordered operation is held in a per-peer queue until every earlier operation to that peer has
  *    completed (delivery complete where the provider has it), then posted from poll. Costs a round trip. */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "src/internal.h"
@@ -374,6 +378,21 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
                  "ofi: provider %s neither counts remote operations (FI_RMA_EVENT) nor gives a wait object "
                  "that they reach: a rank that only receives serves them between short naps",
                  dion__ofi_prov_name(i));
+    /* shm names its region in /dev/shm after the process id and an endpoint count, and refuses (-FI_EBUSY) a
+     * name whose file exists and whose recorded pid is alive: a file left by a killed process (or one of
+     * another PID namespace sharing /dev/shm) whose pid this process now has. A name with a time-based nonce
+     * never meets one. */
+    if (!strcmp(dion__ofi_prov_name(i), "shm")) {
+        static atomic_uint shm_eps;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        char name[64];
+        snprintf(name, sizeof name, "dion-%ld-%llx-%u", (long)getpid(),
+                 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec,
+                 atomic_fetch_add(&shm_eps, 1u));
+        step = "fi_setname";
+        if ((rc = fi_setname(&e->ep->fid, name, strlen(name) + 1))) goto fi_err;
+    }
     step = "fi_enable";
     if ((rc = fi_enable(e->ep))) goto fi_err;
 
