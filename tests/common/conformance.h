@@ -974,6 +974,121 @@ static void dt_test_abort(void)
     dion_dev_destroy(dt_comm, &dev);
 }
 
+/* Error completions over gdaki (the softnic model), from device code: every rank puts to rank ^ 1.
+ *   inject K: K puts of 4 KiB, the K-th failed by the model (DION_SOFTNIC_INJECT=remote_access@K);
+ *   oob:      a put, then one past the end of the peer's window (no DION_CHECK): the model's key check.
+ * quiet returns DION_ERR_REMOTE_ACCESS, and at once on the failed QP afterwards; dion_dev_check names the QP,
+ * the peer and the syndrome; the puts before the failed one landed whole and the failed one wrote nothing. */
+#define DT_NF_CHUNK  4096u
+#define DT_NF_WINDOW (1u << 20)
+
+typedef struct {
+    dion_dev_t dev;
+    dion_dwin_t win;
+    int mode, k;
+    uint64_t *result; /* [0] first quiet, [1] quiet after the failure, [2] its time in ns */
+} dt_nf_args_t;
+
+DT_KERNEL(dt_nf_kernel, dt_nf_args_t)
+{
+    if (dion__block_thread() != 0) return;
+    dion_ctx_t c = dion_ctx(a->dev, 0);
+    int peer = a->dev.rank ^ 1;
+    if (a->mode == 0) {
+        for (int i = 0; i < a->k; i++)
+            dion_put(c, a->win, peer, (size_t)i * DT_NF_CHUNK, a->win,
+                     DT_NF_WINDOW / 2 + (size_t)i * DT_NF_CHUNK, DT_NF_CHUNK);
+    } else {
+        dion_put(c, a->win, peer, 0, a->win, DT_NF_WINDOW / 2, DT_NF_CHUNK);
+        dion_put(c, a->win, peer, DT_NF_WINDOW - 8, a->win, DT_NF_WINDOW / 2, 64);
+    }
+    a->result[0] = (uint64_t)dion_quiet(c);
+    uint64_t t0 = dion__time_ns();
+    dion_put(c, a->win, peer, 0, a->win, DT_NF_WINDOW / 2, 8);
+    a->result[1] = (uint64_t)dion_quiet(c);
+    a->result[2] = dion__time_ns() - t0;
+}
+
+static void dt_nf_expect(const char *text, const char *words)
+{
+    if (!strstr(text, words)) DT_FAIL("dion_dev_check does not say \"%s\": %s", words, text);
+}
+
+static void dt_test_netfault(int mode, int k)
+{
+    if (dt_n % 2) {
+        DT_FAIL("netfault pairs rank r with r ^ 1: run an even number of ranks");
+        return;
+    }
+    if (mode == 0 &&
+        (!getenv("DION_SOFTNIC_INJECT") || k < 1 || (size_t)k * DT_NF_CHUNK > DT_NF_WINDOW / 2)) {
+        DT_FAIL("netfault inject K: set DION_SOFTNIC_INJECT=remote_access@K, 1 <= K <= %u",
+                DT_NF_WINDOW / 2 / DT_NF_CHUNK);
+        return;
+    }
+    int peer = dt_rank ^ 1;
+    void *base = NULL;
+    dion_win_t win;
+    DT_OK(dion_win_alloc(dt_comm, DT_NF_WINDOW, DT_ON_HOST, &base, &win));
+    dion_dev_t dev;
+    DT_OK(dion_dev_create(dt_comm, NULL, &dev));
+    /* peer_inline: the host's copy of the first peers' entries (peers may be GPU memory) */
+    if (!(dev.flags & DION_DEVF_GDAKI) || peer >= DION_DEV_INLINE_PEERS ||
+        dev.peer_inline[peer].transport != DION_TRANSPORT_GDAKI) {
+        DT_FAIL("rank %d is not reached through gdaki (DION_TRANSPORT=gdaki DION_GDAKI_NIC=softnic)", peer);
+        dion_dev_destroy(dt_comm, &dev);
+        dion_win_destroy(win);
+        return;
+    }
+    uint8_t *host = (uint8_t *)calloc(DT_NF_WINDOW, 1);
+    for (size_t i = DT_NF_WINDOW / 2; i < DT_NF_WINDOW; i++) host[i] = dt_byte(dt_rank, 77, i);
+    dt_put(base, host, DT_NF_WINDOW);
+    uint64_t *result = (uint64_t *)dt_alloc(sizeof(uint64_t) * DT_RESULTS);
+    DT_OK(dion_comm_barrier(dt_comm));
+    dt_nf_args_t a = {dev, dion_win_device(win), mode, k, result};
+    if (DT_LAUNCH(dt_nf_kernel, 1, 32, &a)) DT_FAIL("launch failed");
+    uint64_t r[3];
+    dt_get(r, result, sizeof r);
+    if (r[0] != DION_ERR_REMOTE_ACCESS || r[1] != DION_ERR_REMOTE_ACCESS)
+        DT_FAIL("quiet returned %s, then %s on the failed QP; both must be DION_ERR_REMOTE_ACCESS",
+                dion_status_string((dion_status_t)r[0]), dion_status_string((dion_status_t)r[1]));
+    if (r[2] > 1000000000ull) DT_FAIL("a put and quiet on the failed QP took %.3f s", (double)r[2] / 1e9);
+    dion_status_t ck = dion_dev_check(dt_comm, &dev);
+    char text[1024];
+    snprintf(text, sizeof text, "%s", dion_last_error());
+    if (ck != DION_ERR_REMOTE_ACCESS) DT_FAIL("dion_dev_check returned %s: %s", dion_status_string(ck), text);
+    char who[32];
+    snprintf(who, sizeof who, "to rank %d", peer);
+    dt_nf_expect(text, "gdaki QP 0x");
+    dt_nf_expect(text, who);
+    dt_nf_expect(text, "syndrome 0x13");
+    dt_nf_expect(text, "remote access error");
+    dt_nf_expect(text, mode == 0 ? "injected by DION_SOFTNIC_INJECT" : "names no registration");
+    if (dt_rank == 0) printf("  rank 0: %s\n", text);
+    DT_OK(dion_comm_barrier(dt_comm));
+    /* what the peer's puts left in this rank's window */
+    dt_get(host, base, DT_NF_WINDOW / 2);
+    int landed = mode == 0 ? k - 1 : 1;
+    for (int i = 0; i < landed; i++)
+        for (size_t b = 0; b < DT_NF_CHUNK; b++) {
+            size_t s = DT_NF_WINDOW / 2 + (size_t)i * DT_NF_CHUNK + b;
+            if (host[(size_t)i * DT_NF_CHUNK + b] != dt_byte(peer, 77, s)) {
+                DT_FAIL("put %d from rank %d did not land whole (byte %zu)", i, peer, b);
+                break;
+            }
+        }
+    for (size_t b = (size_t)landed * DT_NF_CHUNK; b < DT_NF_WINDOW / 2; b++)
+        if (host[b]) {
+            DT_FAIL("byte %zu of the window changed, past the puts that completed before the failure", b);
+            break;
+        }
+    DT_OK(dion_comm_barrier(dt_comm));
+    free(host);
+    dt_free(result);
+    dion_dev_destroy(dt_comm, &dev);
+    DT_OK(dion_win_destroy(win));
+}
+
 /* Every rank streams put_signal to its successor and quiets every 16 (thread 0) while thread 32 waits on a
  * signal nobody completes; both end only with an error. */
 typedef struct {
@@ -2166,11 +2281,20 @@ static int dt_main(int argc, char **argv)
                dt_test_many_windows());
     } else if (!strcmp(mode, "abort")) {
         DT_RUN("dion_comm_abort ends device waits on every rank", dt_test_abort());
+    } else if (!strcmp(mode, "netfault") && argc > 2 &&
+               (!strcmp(argv[2], "inject") || !strcmp(argv[2], "oob"))) {
+        int inject = !strcmp(argv[2], "inject");
+        DT_RUN(
+            inject
+                ? "gdaki: an injected error completion fails quiet; dion_dev_check names QP, peer, syndrome"
+                : "gdaki: a put past the peer's window fails quiet; dion_dev_check names QP, peer, syndrome",
+            dt_test_netfault(inject ? 0 : 1, argc > 3 ? atoi(argv[3]) : 5));
     } else {
-        fprintf(stderr,
-                "usage: %s [all|atomics|check|stats|trace|sigadd|stress|manyput|manywin|abort|peerfail "
-                "N|peerfail_stream N]\n",
-                argv[0]);
+        fprintf(
+            stderr,
+            "usage: %s [all|atomics|check|stats|trace|sigadd|stress|manyput|manywin|abort|netfault inject K|"
+            "netfault oob|peerfail N|peerfail_stream N]\n",
+            argv[0]);
         return 2;
     }
     int mine = dt_failures, *all = (int *)calloc((size_t)dt_n, sizeof(int)), total = 0;

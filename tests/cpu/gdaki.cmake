@@ -26,3 +26,12 @@ foreach(mode oob badwqe)
   dion_test(NAME gdaki_cpu_${mode} COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 60 $<TARGET_FILE:gdaki_cpu> ${mode}
             LABELS "host;cpu" TIMEOUT 90 ENV ${DION_GDAKI_ENV})
 endforeach()
+# The fault tests of the conformance suite over gdaki: error completions from device code (an injected one and
+# a put past the peer's window; the GPU runs the same, tests/gpu), and a rank killed (SIGKILL) in the middle of a
+# put_signal stream: survivors' quiets and waits fail, dion_dev_check names the dead rank.
+dion_test(NAME conf_cpu_gdaki_inject_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 60 $<TARGET_FILE:conformance_cpu> netfault inject 5
+          LABELS "host;cpu" TIMEOUT 90 ENV ${DION_GDAKI_ENV} DION_SOFTNIC_INJECT=remote_access@5)
+dion_test(NAME conf_cpu_gdaki_oob_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 60 $<TARGET_FILE:conformance_cpu> netfault oob
+          LABELS "host;cpu" TIMEOUT 90 ENV ${DION_GDAKI_ENV})
+dion_test(NAME conf_cpu_gdaki_peerfail COMMAND $<TARGET_FILE:conformance_cpu> peerfail_stream 3
+          LABELS "host;cpu" TIMEOUT 120 ENV ${DION_GDAKI_ENV})
