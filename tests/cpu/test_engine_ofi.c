@@ -1348,6 +1348,10 @@ static int mode_stale(void)
     E->mem_dereg(g_e, smr);
     E->mem_dereg(g_e, wmr);
     E->close(g_e);
+    free(win);
+    free(src);
+    free(g_rec);
+    g_rec = NULL;
     for (int k = 0; k < 4; k++) {
         struct stat st;
         if (stat(paths[k], &st) != 0 || st.st_size != 4096)
