@@ -202,9 +202,11 @@ const dion__cfg_entry_t dion__cfg_table[] = {
      "How the ofi engine posts signals (atomic add and set) where writes are confirmed by a later fetch "
      "(shm with message order). fetch: fetching atomics, complete once applied; plain: plain atomics, "
      "which the target applies with less work, confirmed like writes by a later fetch (one more "
-     "operation per lone signal); msg (shm with message order, and tcp): a put_signal of up to 256 bytes "
-     "into host memory, and a signal alone, go as one message that the target's proxy applies (data, then "
-     "the signal word, with a CPU atomic) and acknowledges. auto: fetch.",
+     "operation per lone signal); msg (shm with message order; tcp only where the provider injects 152 "
+     "bytes or more, which libfabric 1.17's tcp;ofi_rxm (64) does not: there signals stay atomics, with a "
+     "warning): a put_signal of up to 256 bytes into host memory, and a signal alone, go as one message that "
+     "the target's proxy applies (data, then the signal word, with a CPU atomic) and acknowledges. auto: "
+     "fetch.",
      NULL},
     {"DION_OFI_OP_TIMEOUT", DION_CFG_DURATION, "30s", NULL,
      "An ofi operation without a completion after this long is reported as failed (DION_ERR_TIMEOUT), so "
