@@ -971,11 +971,10 @@ static int mode_missing(void)
     return 0;
 }
 
-/* The staging pool in CPU mode (host memory stands in for GPU memory): puts from staged copies and gets
- * copied out, one rank talking to itself over tcp, checked byte by byte; an exhausted pool says so. */
-static int mode_stage(void)
+/* The engine of a rank talking to itself, over the provider the caller set: opened and connected to its own
+ * address. 77 where the engine cannot open here. */
+static int self_engine(const char *what, dion__engine_addr_t *self)
 {
-    setenv("DION_OFI_PROVIDER", "tcp", 1);
     char why[512];
     dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
     dion_status_t os = E->open(&oa, &g_e, why, sizeof why);
@@ -983,10 +982,20 @@ static int mode_stage(void)
         printf("SKIP: the ofi engine cannot open here: %s\n", why);
         return 77;
     }
-    if (os != DION_SUCCESS) FAIL("open: %s", why);
+    if (os != DION_SUCCESS) FAIL("%s: open: %s", what, why);
+    CHECK_OK(E->address(g_e, self));
+    CHECK_OK(E->connect(g_e, self, 1));
+    return 0;
+}
+
+/* The staging pool in CPU mode (host memory stands in for GPU memory): puts from staged copies and gets
+ * copied out, one rank talking to itself over tcp, checked byte by byte; an exhausted pool says so. */
+static int mode_stage(void)
+{
+    setenv("DION_OFI_PROVIDER", "tcp", 1);
     dion__engine_addr_t self;
-    CHECK_OK(E->address(g_e, &self));
-    CHECK_OK(E->connect(g_e, &self, 1));
+    int rc = self_engine("stage", &self);
+    if (rc) return rc;
     const size_t wbytes = 1u << 20, slot = 64u << 10;
     uint8_t *win = aligned_alloc(4096, wbytes), *gsrc = malloc(slot), *gdst = malloc(slot);
     memset(win, 0, wbytes);
@@ -1067,6 +1076,40 @@ static const char *why_of(uint64_t c)
     return "";
 }
 
+/* One rank talking to itself (refuse, bound, stale): the engine opened over the provider the caller set,
+ * connected to its own address, a zeroed window and a source of the given sizes registered, the completion
+ * records allocated. 77 where the engine cannot open here. */
+typedef struct {
+    dion__engine_addr_t self;
+    uint8_t *win, *src;
+    dion__engine_mr_t *wmr, *smr;
+    dion__engine_rkey_t wkey, skey;
+} self_t;
+
+static int self_open(self_t *s, const char *what, size_t wbytes, size_t sbytes)
+{
+    int rc = self_engine(what, &s->self);
+    if (rc) return rc;
+    s->win = aligned_alloc(4096, (wbytes + 4095) & ~(size_t)4095);
+    s->src = aligned_alloc(4096, (sbytes + 4095) & ~(size_t)4095);
+    memset(s->win, 0, wbytes);
+    CHECK_OK(E->mem_reg(g_e, s->win, wbytes, DION__ENGINE_MEM_HOST, &s->wmr, &s->wkey));
+    CHECK_OK(E->mem_reg(g_e, s->src, sbytes, DION__ENGINE_MEM_HOST, &s->smr, &s->skey));
+    g_rec = calloc(MAXCOOKIES, sizeof *g_rec);
+    return 0;
+}
+
+static void self_close(self_t *s)
+{
+    CHECK_OK(E->mem_dereg(g_e, s->wmr));
+    CHECK_OK(E->mem_dereg(g_e, s->smr));
+    E->close(g_e);
+    free(s->win);
+    free(s->src);
+    free(g_rec);
+    g_rec = NULL;
+}
+
 /* An operation the provider refuses for good (-FI_EAGAIN on every post: the test hook stands for a peer that
  * stopped draining its queue), one rank talking to itself: it and every operation queued behind it to that
  * peer fail, in order, with a sentence naming the peer, op, size, offset and the refusals, within
@@ -1079,27 +1122,15 @@ static int mode_refuse(const char *prov)
     const char *tv = getenv("DION_OFI_OP_TIMEOUT");
     double T = tv ? atof(tv) : 0;
     if (T <= 0 || T > 10) FAIL("refuse: set DION_OFI_OP_TIMEOUT to a few seconds (e.g. 1s)");
-    char why[512];
-    dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
-    dion_status_t os = E->open(&oa, &g_e, why, sizeof why);
-    if (os == DION_ERR_UNSUPPORTED) {
-        printf("SKIP: the ofi engine cannot open here: %s\n", why);
-        return 77;
-    }
-    if (os != DION_SUCCESS) FAIL("open: %s", why);
+    const size_t wbytes = 1u << 16;
+    self_t me;
+    int rc = self_open(&me, "refuse", wbytes, wbytes);
+    if (rc) return rc;
+    uint8_t *win = me.win, *src = me.src;
+    dion__engine_mr_t *smr = me.smr;
+    dion__engine_rkey_t wkey = me.wkey;
     dion__engine_caps_t caps;
     E->query(g_e, &caps);
-    dion__engine_addr_t self;
-    CHECK_OK(E->address(g_e, &self));
-    CHECK_OK(E->connect(g_e, &self, 1));
-    const size_t wbytes = 1u << 16;
-    uint8_t *win = aligned_alloc(4096, wbytes), *src = aligned_alloc(4096, wbytes);
-    memset(win, 0, wbytes);
-    dion__engine_mr_t *wmr, *smr;
-    dion__engine_rkey_t wkey, skey;
-    CHECK_OK(E->mem_reg(g_e, win, wbytes, DION__ENGINE_MEM_HOST, &wmr, &wkey));
-    CHECK_OK(E->mem_reg(g_e, src, wbytes, DION__ENGINE_MEM_HOST, &smr, &skey));
-    g_rec = calloc(MAXCOOKIES, sizeof *g_rec);
     uint64_t rs = 0x5eed0000ull ^ (uint64_t)getpid();
     for (size_t i = 0; i < wbytes; i++) src[i] = pat(0x77, i);
     /* a put that works first (flush mode: its key is checked and confirmed) */
@@ -1207,12 +1238,7 @@ static int mode_refuse(const char *prov)
     (void)nerr0;
     dion__ofi_test_refuse_peer = -1;
     if (E->pending(g_e, -1)) FAIL("refuse 2: %u operations still pending", E->pending(g_e, -1));
-    CHECK_OK(E->mem_dereg(g_e, wmr));
-    CHECK_OK(E->mem_dereg(g_e, smr));
-    E->close(g_e);
-    free(win);
-    free(src);
-    free(g_rec);
+    self_close(&me);
     printf("ok: refused operations fail in order within DION_OFI_OP_TIMEOUT\n");
     return 0;
 }
@@ -1225,28 +1251,15 @@ static int mode_refuse(const char *prov)
 static int mode_bound(const char *expect)
 {
     setenv("DION_OFI_PROVIDER", "shm", 1);
-    char why[512];
-    dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
-    dion_status_t os = E->open(&oa, &g_e, why, sizeof why);
-    if (os == DION_ERR_UNSUPPORTED) {
-        printf("SKIP: the ofi engine cannot open shm here: %s\n", why);
-        return 77;
-    }
-    if (os != DION_SUCCESS) FAIL("open: %s", why);
-    if (!E->counts) FAIL("bound: the ofi engine has no counts slot");
-    dion__engine_addr_t self;
-    CHECK_OK(E->address(g_e, &self));
-    CHECK_OK(E->connect(g_e, &self, 1));
     enum { NPUT = 2000 };
-    const size_t wbytes = NPUT * 8 + 4096;
-    uint8_t *win = aligned_alloc(4096, (wbytes + 4095) & ~(size_t)4095), *src = aligned_alloc(4096, 8192);
-    memset(win, 0, wbytes);
+    self_t me;
+    int rc = self_open(&me, "bound", NPUT * 8 + 4096, 8192);
+    if (rc) return rc;
+    if (!E->counts) FAIL("bound: the ofi engine has no counts slot");
+    uint8_t *win = me.win, *src = me.src;
+    dion__engine_mr_t *smr = me.smr;
+    dion__engine_rkey_t wkey = me.wkey;
     for (size_t i = 0; i < 8192; i++) src[i] = pat(0x5a, i);
-    dion__engine_mr_t *wmr, *smr;
-    dion__engine_rkey_t wkey, skey;
-    CHECK_OK(E->mem_reg(g_e, win, wbytes, DION__ENGINE_MEM_HOST, &wmr, &wkey));
-    CHECK_OK(E->mem_reg(g_e, src, 8192, DION__ENGINE_MEM_HOST, &smr, &skey));
-    g_rec = calloc(MAXCOOKIES, sizeof *g_rec);
     post_t first = {.kind = 0, .peer = 0, .lmr = smr, .local = src, .rk = &wkey, .roff = 0, .bytes = 8};
     wait_op(post_op(&first), 1); /* the key check, and a flush */
     dion__engine_counts_t c0, c1;
@@ -1276,13 +1289,8 @@ static int mode_bound(const char *expect)
              (unsigned long long)refused, (unsigned long long)held);
     if (!strcmp(expect, "some") && !refused)
         FAIL("bound: without the bound shm should have refused posts (its queue holds 512 writes)");
-    CHECK_OK(E->mem_dereg(g_e, wmr));
-    CHECK_OK(E->mem_dereg(g_e, smr));
-    E->close(g_e);
-    free(win);
-    free(src);
+    self_close(&me);
     free(ck);
-    free(g_rec);
     printf("ok: bound %s\n", expect);
     return 0;
 }
@@ -1318,47 +1326,31 @@ static int mode_stale(void)
         if (fwrite(zeros, 1, sizeof zeros, f) != sizeof zeros) FAIL("stale: writing %s failed", paths[k]);
         fclose(f);
     }
-    char why[512];
-    dion__engine_open_args_t oa = {.rank = 0, .nranks = 1, .cuda_device = -1};
-    dion_status_t os = E->open(&oa, &g_e, why, sizeof why);
-    if (os == DION_ERR_UNSUPPORTED) {
-        printf("SKIP: the ofi engine cannot open here: %s\n", why);
-        return 77;
-    }
-    if (os != DION_SUCCESS) FAIL("stale: open beside files under the default shm names: %s", why);
-    dion__engine_addr_t self;
-    CHECK_OK(E->address(g_e, &self));
-    if (!memchr(self.bytes, 0, self.len) || strncmp((const char *)self.bytes, "dion-", 5))
-        FAIL("stale: the endpoint's name is '%.*s', not one the engine chose", (int)self.len, self.bytes);
-    CHECK_OK(E->connect(g_e, &self, 1));
     const size_t wbytes = 1u << 16;
-    uint8_t *win = aligned_alloc(4096, wbytes), *src = aligned_alloc(4096, wbytes);
-    memset(win, 0, wbytes);
-    dion__engine_mr_t *wmr, *smr;
-    dion__engine_rkey_t wkey, skey;
-    CHECK_OK(E->mem_reg(g_e, win, wbytes, DION__ENGINE_MEM_HOST, &wmr, &wkey));
-    CHECK_OK(E->mem_reg(g_e, src, wbytes, DION__ENGINE_MEM_HOST, &smr, &skey));
-    g_rec = calloc(MAXCOOKIES, sizeof *g_rec);
+    self_t me;
+    int rc = self_open(&me, "stale (open beside files under the default shm names)", wbytes, wbytes);
+    if (rc) return rc;
+    const dion__engine_addr_t *self = &me.self;
+    if (!memchr(self->bytes, 0, self->len) || strncmp((const char *)self->bytes, "dion-", 5))
+        FAIL("stale: the endpoint's name is '%.*s', not one the engine chose", (int)self->len, self->bytes);
+    uint8_t *win = me.win, *src = me.src;
     uint64_t rs = 0x57a1e000ull ^ (uint64_t)getpid();
     for (size_t i = 0; i < wbytes; i++) src[i] = pat(0x3c, i);
     size_t len = 1 + rng_next(&rs) % 8192, off = rng_next(&rs) % (wbytes - 8192);
-    post_t put = {.kind = 0, .peer = 0, .lmr = smr, .local = src, .rk = &wkey, .roff = off, .bytes = len};
+    post_t put = {
+        .kind = 0, .peer = 0, .lmr = me.smr, .local = src, .rk = &me.wkey, .roff = off, .bytes = len};
     wait_op(post_op(&put), 1);
     if (memcmp(win + off, src, len)) FAIL("stale: a put of %zu bytes at offset %zu did not land", len, off);
-    E->mem_dereg(g_e, smr);
-    E->mem_dereg(g_e, wmr);
-    E->close(g_e);
-    free(win);
-    free(src);
-    free(g_rec);
-    g_rec = NULL;
+    char name[sizeof self->bytes + 1];
+    snprintf(name, sizeof name, "%s", (const char *)self->bytes);
+    self_close(&me);
     for (int k = 0; k < 4; k++) {
         struct stat st;
         if (stat(paths[k], &st) != 0 || st.st_size != 4096)
             FAIL("stale: %s was removed or changed by the engine", paths[k]);
     }
     printf("ok: stale shm files under the default names ignored; endpoint '%s'; put of %zu bytes landed\n",
-           (const char *)self.bytes, len);
+           name, len);
     return 0;
 }
 
