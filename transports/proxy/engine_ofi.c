@@ -380,8 +380,8 @@ static dion_status_t ofi_open(const dion__engine_open_args_t *a, dion__engine_t 
                  dion__ofi_prov_name(i));
     /* shm names its region in /dev/shm after the process id and an endpoint count, and refuses (-FI_EBUSY) a
      * name whose file exists and whose recorded pid is alive: a file left by a killed process (or one of
-     * another PID namespace sharing /dev/shm) whose pid this process now has. A name that also carries the clock
-     * in nanoseconds does not meet such a file. */
+     * another PID namespace sharing /dev/shm) whose pid this process now has. A name that also carries the
+     * clock in nanoseconds does not meet such a file. */
     if (!strcmp(dion__ofi_prov_name(i), "shm")) {
         static atomic_uint shm_eps;
         struct timespec ts;
