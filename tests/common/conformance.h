@@ -12,6 +12,7 @@
 #ifndef DION_TEST_CONFORMANCE_H
 #define DION_TEST_CONFORMANCE_H
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1127,6 +1128,22 @@ static void dt_pf_sigalrm(int sig)
 /* A rank dies while the others wait on the device: their waits must end with DION_ERR_PEER_FAILED, and the
  * host learns which rank. Ranks are forked here and meet through a unique id (dionrun would stop them).
  * stream: the rank dies in the middle of a put_signal stream; survivors' waits and quiets must both fail. */
+/* Survivors leave together: each says it is done, then waits for the parent's word, so that no survivor's
+ * exit (its links closing) is seen by another survivor still checking what it reports (it would name the
+ * survivor that exited instead of the killed rank). Bounded: a missing word ends the wait after 60 s. */
+static int dt_pf_done[2] = {-1, -1}, dt_pf_go[2] = {-1, -1};
+
+static void dt_pf_leave(int code)
+{
+    fflush(stdout);
+    char b = 1;
+    if (write(dt_pf_done[1], &b, 1) == 1) {
+        struct pollfd pf = {dt_pf_go[0], POLLIN, 0};
+        if (poll(&pf, 1, 60000) == 1 && read(dt_pf_go[0], &b, 1) != 1) code = code ? code : 1;
+    }
+    _exit(code);
+}
+
 static int dt_runner_init(void);
 static int dt_one_rank_per_gpu(int nranks);
 static int dt_peerfail(int n, int stream)
@@ -1136,11 +1153,13 @@ static int dt_peerfail(int n, int stream)
     dion_unique_id_t id;
     pid_t *pids = (pid_t *)calloc((size_t)n, sizeof *pids);
     int fds[2];
-    if (pipe(fds) != 0) return 1;
+    if (pipe(fds) != 0 || pipe(dt_pf_done) != 0 || pipe(dt_pf_go) != 0) return 1;
     for (int r = 0; r < n; r++) {
         pids[r] = fork();
         if (pids[r] != 0) continue;
         close(fds[1]);
+        close(dt_pf_done[0]);
+        close(dt_pf_go[1]);
         size_t got = 0;
         while (got < sizeof id) {
             ssize_t k = read(fds[0], (char *)&id + got, sizeof id - got);
@@ -1187,8 +1206,7 @@ static int dt_peerfail(int n, int stream)
                 "%s\n",
                 r, (unsigned long long)res[2], dion_status_string((dion_status_t)res[1]),
                 dion_status_string((dion_status_t)res[0]), dt, dion_last_error());
-            fflush(stdout);
-            _exit(dt_failures ? 1 : 0);
+            dt_pf_leave(dt_failures ? 1 : 0);
         }
         if (r == n - 1) {
             struct timespec ts = {0, 200000000};
@@ -1210,14 +1228,29 @@ static int dt_peerfail(int n, int stream)
             DT_FAIL("host barrier: %s: %s (should name %s)", dion_status_string(st), dion_last_error(), want);
         printf("rank %d: device wait ended with DION_ERR_PEER_FAILED after %.2f s; host: %s\n", r,
                dt_now() - t0, dion_last_error());
-        fflush(stdout);
-        _exit(dt_failures ? 1 : 0);
+        dt_pf_leave(dt_failures ? 1 : 0);
     }
     close(fds[0]);
+    close(dt_pf_done[1]);
+    close(dt_pf_go[0]);
     DT_OK(dion_get_unique_id(&id));
     for (int r = 0; r < n; r++)
         if (write(fds[1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
     close(fds[1]);
+    /* every survivor's word (or the end of the pipe once all are gone, or 90 s), then they may leave */
+    double until = dt_now() + 90;
+    for (int got = 0; got < n - 1 && dt_now() < until;) {
+        struct pollfd pf = {dt_pf_done[0], POLLIN, 0};
+        char b;
+        if (poll(&pf, 1, 1000) == 1 && read(dt_pf_done[0], &b, 1) != 1) break;
+        if (pf.revents & POLLIN) got++;
+    }
+    for (int r = 0; r < n - 1; r++) {
+        char b = 1;
+        if (write(dt_pf_go[1], &b, 1) != 1) break;
+    }
+    close(dt_pf_go[1]);
+    close(dt_pf_done[0]);
     int bad = 0;
     for (int r = 0; r < n; r++) {
         int status = 0;
