@@ -38,20 +38,63 @@ void dion__watchdog_goodbye(dion_comm_t c)
                      i == 0 ? dion__boot_prev(c->boot) : dion__boot_next(c->boot));
 }
 
-/* For a link whose far end closed: 1 when who said goodbye and nothing else is left unread, 0 when it did
- * not (it failed), -1 when the goodbye is there but earlier data still waits for a collective to read it. */
-static int dion__link_said_goodbye(int fd, int who)
+/* What the last bytes on a link whose far end closed say, when they are an ABORT frame left unread: its
+ * failed rank and status. A goodbye is who's own frame with DION_SUCCESS; a failure that who had seen and
+ * passed on before it ended names another rank. */
+typedef enum { DION__TAIL_NONE, DION__TAIL_GOODBYE, DION__TAIL_FAILED, DION__TAIL_PENDING } dion__tail_t;
+
+/* Whether f is an ABORT frame reporting the failure of a rank other than who (who's own goodbye says
+ * success). */
+static int dion__abort_names(const uint8_t *f, int who, int nranks, int *failed)
+{
+    uint32_t type = 0, len = 0;
+    if (dion__frame_hdr_decode(f, &type, &len) != 0 || type != DION__FRAME_ABORT || len != DION__ABORT_LEN)
+        return 0;
+    int rank = (int)dion__get_u32(f + DION__FRAME_HDR);
+    if (dion__get_u32(f + DION__FRAME_HDR + 4) == DION_SUCCESS || rank < 0 || rank >= nranks || rank == who)
+        return 0;
+    *failed = rank;
+    return 1;
+}
+
+static dion__tail_t dion__link_tail(int fd, int who, int nranks, int *failed)
 {
     int pending = 0;
-    if (ioctl(fd, FIONREAD, &pending) != 0 || pending < (int)(DION__FRAME_HDR + DION__ABORT_LEN)) return 0;
-    uint8_t want[DION__FRAME_HDR + DION__ABORT_LEN], *got = malloc((size_t)pending);
-    if (!got) return -1;
-    dion__goodbye_frame(want, who);
+    const size_t flen = DION__FRAME_HDR + DION__ABORT_LEN;
+    if (ioctl(fd, FIONREAD, &pending) != 0 || pending < (int)flen) return DION__TAIL_NONE;
+    uint8_t *got = malloc((size_t)pending);
+    if (!got) return DION__TAIL_PENDING;
     ssize_t n = recv(fd, got, (size_t)pending, MSG_PEEK | MSG_DONTWAIT);
-    int tail = n >= (ssize_t)sizeof want && memcmp(got + n - sizeof want, want, sizeof want) == 0;
+    dion__tail_t t = DION__TAIL_NONE;
+    if (n >= (ssize_t)flen) {
+        const uint8_t *f = got + n - flen;
+        uint8_t goodbye[DION__FRAME_HDR + DION__ABORT_LEN];
+        dion__goodbye_frame(goodbye, who);
+        if (memcmp(f, goodbye, flen) == 0) {
+            /* a failure passed on before the goodbye still names the failed rank; other data before it
+             * waits for a collective to read it: look again later */
+            if (n == (ssize_t)flen)
+                t = DION__TAIL_GOODBYE;
+            else if (n >= (ssize_t)(2 * flen) && dion__abort_names(f - flen, who, nranks, failed))
+                t = DION__TAIL_FAILED;
+            else
+                t = DION__TAIL_PENDING;
+        } else if (dion__abort_names(f, who, nranks, failed)) {
+            t = DION__TAIL_FAILED;
+        }
+    }
     free(got);
-    if (!tail) return 0;
-    return n == (ssize_t)sizeof want ? 1 : -1;
+    return t;
+}
+
+/* The news goes on round the ring at once (as a failing collective would send it), so that the next rank
+ * names the rank that failed even if this one ends before that rank's link does. Only when no host collective
+ * holds the ring: one that does fails on the same link and passes the news on itself. */
+static void dion__watchdog_forward(dion_comm_t c, int failed)
+{
+    if (pthread_mutex_trylock(&c->lock) != 0) return;
+    dion__boot_abort(c->boot, failed, DION_ERR_PEER_FAILED);
+    pthread_mutex_unlock(&c->lock);
 }
 
 static void dion__watchdog_links(dion_comm_t c)
@@ -64,21 +107,31 @@ static void dion__watchdog_links(dion_comm_t c)
     if (poll(pf, 2, 0) <= 0) return;
     for (int i = 0; i < 2; i++) {
         if (!(pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) continue;
-        int who = i == 0 ? dion__boot_prev(c->boot) : dion__boot_next(c->boot);
-        int bye = dion__link_said_goodbye(fds[i], who);
-        if (bye < 0) continue; /* look again once the collective in progress has read its data */
-        if (bye) {
+        int who = i == 0 ? dion__boot_prev(c->boot) : dion__boot_next(c->boot), failed = who;
+        dion__tail_t tail = dion__link_tail(fds[i], who, c->nranks, &failed);
+        if (tail == DION__TAIL_PENDING) continue; /* look again once the collective in progress has read */
+        if (tail == DION__TAIL_GOODBYE) {
             c->link_left[i] = 1;
             DION_LOG(DION_LOG_INFO, "watchdog: rank %d left the communicator (dion_comm_destroy)", who);
             continue;
         }
-        c->failed_rank_seen = who;
-        DION_LOG(DION_LOG_WARN,
-                 "watchdog: the bootstrap link to rank %d closed; treating rank %d as failed and ending "
-                 "device waits "
-                 "with DION_ERR_PEER_FAILED",
-                 who, who);
-        dion__dev_abort_all(c, DION_ERR_PEER_FAILED, who);
+        c->failed_rank_seen = failed;
+        /* the news first (a rank that ends as soon as its waits fail would otherwise take it along), then
+         * this rank's device waits, then the log */
+        dion__watchdog_forward(c, failed);
+        dion__dev_abort_all(c, DION_ERR_PEER_FAILED, failed);
+        if (tail == DION__TAIL_FAILED)
+            DION_LOG(
+                DION_LOG_WARN,
+                "watchdog: rank %d reported that rank %d failed, then its bootstrap link closed; treating "
+                "rank %d as failed and ending device waits with DION_ERR_PEER_FAILED",
+                who, failed, failed);
+        else
+            DION_LOG(DION_LOG_WARN,
+                     "watchdog: the bootstrap link to rank %d closed; treating rank %d as failed and ending "
+                     "device waits "
+                     "with DION_ERR_PEER_FAILED",
+                     who, who);
         return;
     }
 }

@@ -1245,6 +1245,7 @@ static int dt_peerfail(int n, int stream)
         if (poll(&pf, 1, 1000) == 1 && read(dt_pf_done[0], &b, 1) != 1) break;
         if (pf.revents & POLLIN) got++;
     }
+    signal(SIGPIPE, SIG_IGN); /* survivors that ended early (a skip, a failure) read no word */
     for (int r = 0; r < n - 1; r++) {
         char b = 1;
         if (write(dt_pf_go[1], &b, 1) != 1) break;

@@ -8,6 +8,9 @@ foreach(n 2 3)
   dion_test(NAME cpu_shutdown_goodbye_${n} COMMAND test_shutdown goodbye ${n} LABELS "host;cpu" TIMEOUT 60)
   dion_test(NAME cpu_shutdown_kill_${n} COMMAND test_shutdown kill ${n} LABELS "host;cpu" TIMEOUT 60)
 endforeach()
+# A rank that learns of a failure only from a neighbour that then ended names the failed rank, not the neighbour
+# (the watchdog passes what it saw round the ring at once).
+dion_test(NAME cpu_shutdown_relay_3 COMMAND test_shutdown relay LABELS "host;cpu" TIMEOUT 60)
 dion_test(NAME cpu_shutdown_race COMMAND test_shutdown race LABELS "host;cpu" TIMEOUT 120)
 dion_test(NAME cpu_shutdown_kernel COMMAND test_shutdown kernel LABELS "host;cpu" TIMEOUT 60)
 add_executable(test_semantics ${CMAKE_CURRENT_SOURCE_DIR}/test_semantics.c)

@@ -2,11 +2,13 @@
  *   goodbye N  one rank of N leaves with dion_comm_destroy while the others keep running: neither of its
  *              neighbours' logs may call it failed;
  *   kill N     the control: the same rank is killed instead, and both neighbours must report it failed;
- *   race       one thread calls dion_dev_check and dion_dev_stats in a loop while another destroys the
- * handle: no use of freed memory (run under the asan preset too), and afterwards both say the handle was
- * destroyed; kernel     rank 0 destroys its handle while one of its kernels still signals rank 1:
- * dion_dev_destroy waits for the kernel, which must finish every signal (before the fix the handle's memory
- * was freed under it). */
+ *   relay      3 ranks: rank 2 is killed, rank 0 (whose watchdog sees it first) ends without
+ * dion_comm_destroy once it has; rank 1, whose watchdog looks only later and finds both its links closed,
+ * must name rank 2, which rank 0 passed on before it ended, not rank 0; race       one thread calls
+ * dion_dev_check and dion_dev_stats in a loop while another destroys the handle: no use of freed memory (run
+ * under the asan preset too), and afterwards both say the handle was destroyed; kernel     rank 0 destroys
+ * its handle while one of its kernels still signals rank 1: dion_dev_destroy waits for the kernel, which must
+ * finish every signal (before the fix the handle's memory was freed under it). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include "dion/dion_device.cuh"
 
 static int failures;
+static int slow_rank = -1; /* this rank's watchdog looks only every 1.5 s (relay) */
 static const char *my_log; /* in a forked rank: the file its stderr goes to */
 #define FAIL(...)                                                                                            \
     do {                                                                                                     \
@@ -61,6 +64,7 @@ static void run_ranks(int n, void (*fn)(dion_comm_t, int, int), char logs[][64],
         if (!freopen(logs[r], "w", stderr)) _exit(3);
         setvbuf(stderr, NULL, _IONBF, 0);
         if (read(fds[0], &id, sizeof id) != (ssize_t)sizeof id) _exit(3);
+        if (r == slow_rank) setenv("DION_WATCHDOG_INTERVAL", "1500ms", 1);
         dion_comm_t comm;
         OK(dion_comm_init_rank(&comm, n, &id, r));
         fn(comm, r, n);
@@ -149,6 +153,48 @@ static void test_leave(int n, int kill)
     printf("%s: %s of rank %d of %d: %s\n", failures ? "FAIL" : "PASS",
            kill ? "kill -9" : "dion_comm_destroy", gone, n,
            kill ? "both neighbours reported it failed" : "no neighbour called it failed");
+}
+
+/* ---- relay: the failed rank is named by a rank that learns of it only from a neighbour that ended ---- */
+
+static void relayer(dion_comm_t comm, int r, int n)
+{
+    (void)n;
+    OK(dion_comm_barrier(comm));
+    if (r == 2) raise(SIGKILL);
+    if (r == 0) { /* ends as soon as its watchdog reported rank 2, as an application stopping on the error */
+        for (int waited = 0; waited < 20000 && !log_says("treating rank 2"); waited += 10) sleep_ms(10);
+        _exit(log_says("treating rank 2") ? 0 : 4);
+    }
+    for (int waited = 0; waited < 20000 && !log_says("treating rank"); waited += 20) sleep_ms(20);
+    dion_status_t st = dion_comm_barrier(comm); /* rank 0's news waits on the link: names rank 2 */
+    fprintf(stderr, "barrier after: %s: %s\n", dion_status_string(st), dion_last_error());
+    _exit(0);
+}
+
+static void test_relay(void)
+{
+    char logs[3][64];
+    int codes[3];
+    slow_rank = 1;
+    run_ranks(3, relayer, logs, codes);
+    static const int want[3] = {0, 0, 128 + SIGKILL};
+    for (int r = 0; r < 3; r++) {
+        char *text = read_log(logs[r]);
+        if (codes[r] != want[r]) FAIL("rank %d ended with %d, expected %d:\n%s", r, codes[r], want[r], text);
+        if (r == 1) {
+            if (!strstr(text, "treating rank 2 as failed") || strstr(text, "treating rank 0"))
+                FAIL("rank 1 should name rank 2 (passed on by rank 0 before it ended), not rank 0:\n%s",
+                     text);
+            if (!strstr(text, "rank 0 reported that rank 2 failed"))
+                FAIL("rank 1's watchdog should say rank 0 reported rank 2:\n%s", text);
+            if (!strstr(text, "barrier after: DION_ERR_PEER_FAILED") || !strstr(text, "rank 2 failed"))
+                FAIL("rank 1's barrier should fail naming rank 2:\n%s", text);
+        }
+        free(text);
+    }
+    printf("%s: relay: rank 2 killed, rank 0 ended after reporting it; rank 1 named rank 2\n",
+           failures ? "FAIL" : "PASS");
 }
 
 /* ---- race: dion_dev_check / dion_dev_stats against dion_dev_destroy ---- */
@@ -291,12 +337,14 @@ int main(int argc, char **argv)
         test_leave(n, 0);
     else if (!strcmp(mode, "kill") && n >= 2 && n <= 16)
         test_leave(n, 1);
+    else if (!strcmp(mode, "relay"))
+        test_relay();
     else if (!strcmp(mode, "race"))
         test_race();
     else if (!strcmp(mode, "kernel"))
         test_kernel();
     else {
-        fprintf(stderr, "usage: %s goodbye|kill N | race | kernel\n", argv[0]);
+        fprintf(stderr, "usage: %s goodbye|kill N | relay | race | kernel\n", argv[0]);
         return 2;
     }
     return failures ? 1 : 0;
