@@ -157,6 +157,22 @@ DION_HD uint64_t dion__atom_cas(uint64_t *p, uint64_t expected, uint64_t desired
 #endif
 }
 
+/* *p = max(*p, v), a release (words that only grow, published for other threads to acquire). */
+DION_HD void dion__atom_max_release(uint64_t *p, uint64_t v, uint32_t scope)
+{
+#if DION__GPU
+    if (scope == DION_SCOPE_GPU)
+        asm volatile("red.release.gpu.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    else
+        asm volatile("red.release.sys.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#else
+    (void)scope;
+    uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+#endif
+}
+
 /* Local counters (statistics, error-ring slots): device scope is enough, nobody orders by them. */
 DION_HD uint64_t dion__counter_add(uint64_t *p, uint64_t v)
 {

@@ -118,7 +118,10 @@ typedef struct dion_proxy_prod {
     uint64_t head;         /* next ticket */
     uint64_t tail_cache;   /* a recent value of ctl->consumed, so that posts need not read host memory */
     uint64_t abandon_head; /* abandon[] entries claimed */
-    uint64_t pad[5];
+    uint64_t done_cache;   /* a recent value of ctl->completed (its failure bit included) */
+    uint64_t poller;       /* 1 while one waiting thread reads the ring's host words for all of them */
+    uint64_t fail_cache;   /* what that thread read from ctl->status or the abort word, once nonzero */
+    uint64_t pad[2];
 } dion_proxy_prod_t;
 
 /* What device code needs to post into one ring; the host fills it (dion__proxy_ring_t.dev). */
