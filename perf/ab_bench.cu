@@ -481,7 +481,7 @@ int main(int argc, char **argv)
 {
     bench_opts_t o;
     bench_parse(argc, argv, &o);
-    if (!strcmp(o.tests, "signal,put_signal,put_bw,completion,msgrate,packet")) o.tests = "lsa,packet,bw,ce";
+    if (!strcmp(o.tests, BENCH_DEFAULT_TESTS)) o.tests = "lsa,packet,bw,ce";
     dion_comm_t comm;
     OK(dion_comm_init_env(&comm));
     rank_ = dion_comm_rank(comm);

@@ -43,9 +43,12 @@ typedef struct {
     const char *groups; /* comma-separated thread,warp,block; NULL: all */
 } bench_opts_t;
 
+/* What bench_parse leaves in tests without --tests; a program with other tests replaces it by its own. */
+#define BENCH_DEFAULT_TESTS "signal,put_signal,put_bw,completion,msgrate,packet"
+
 static inline void bench_parse(int argc, char **argv, bench_opts_t *o)
 {
-    o->tests = "signal,put_signal,put_bw,completion,msgrate,packet";
+    o->tests = BENCH_DEFAULT_TESTS;
     o->iters = 20000;
     o->warmup = 2000;
     o->bw_bytes = 1ll << 30;
@@ -117,6 +120,19 @@ static inline void bench_row(const bench_opts_t *o, const char *impl, const char
     if (ftell(f) == 0) fprintf(f, "impl,label,test,group,bytes,metric,value\n");
     fprintf(f, "%s,%s,%s,%s,%lld,%s,%.4f\n", impl, o->label, test, group, bytes, metric, value);
     fclose(f);
+}
+
+/* The rows of a ping-pong timed as round trips (ns): min, median and p99 round trip, and one-way = median
+ * / 2. */
+static inline void bench_report_rtt(const bench_opts_t *o, const char *impl, const char *test,
+                                    std::vector<unsigned long long> &v)
+{
+    std::sort(v.begin(), v.end());
+    double mn = v[0] / 1000.0, p50 = v[v.size() / 2] / 1000.0, p99 = v[v.size() * 99 / 100] / 1000.0;
+    bench_row(o, impl, test, "thread", 8, "rtt_us_min", mn);
+    bench_row(o, impl, test, "thread", 8, "rtt_us_median", p50);
+    bench_row(o, impl, test, "thread", 8, "rtt_us_p99", p99);
+    bench_row(o, impl, test, "thread", 8, "oneway_us", p50 / 2);
 }
 
 static __device__ __forceinline__ uint64_t bench_now_ns(void)

@@ -217,8 +217,6 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
   # the post before 2026-12-01 (impl dion-ring-serial), and libfabric shm alone (CPU ping-pong, no GPU)
   [ -x $B/perf/proxy_ring_bench_serial ] && CUDA_VISIBLE_DEVICES=0 run proxy_ring_serial_1gpu 30 \
     $B/perf/proxy_ring_bench_serial --tests pickup,ref --iters 5000 --warmup 500 --csv "$PCSV" --label 1gpu-mps
-  [ -x $B/perf/proxy_ring_bench_stagger ] && CUDA_VISIBLE_DEVICES=0 run proxy_ring_stagger_1gpu 30 \
-    $B/perf/proxy_ring_bench_stagger --tests pickup,ref --iters 5000 --warmup 500 --csv "$PCSV" --label 1gpu-mps
   [ -x $B/perf/ofi_shm_probe ] && run proxy_ofi_shm_probe 60 $B/perf/ofi_shm_probe 20000
   for where in 1gpu-mps 2gpu; do
     if [ $where = 1gpu-mps ]; then DR=($B/dionrun -n 2 --mps --timeout 40); VIS=0
