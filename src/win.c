@@ -160,6 +160,7 @@ void dion__win_fill_slots(dion_comm_t c, struct dion_dev_win_slot *slots, int ma
     for (struct dion_win *w = c->wins; w && k < max; w = w->next, k++) {
         slots[k].win = w->table;
         slots[k].flags = w->flags;
+        slots[k].id = w->id;
         for (int r = 0; r < DION_DEV_INLINE_PEERS; r++) slots[k].base[r] = w->bases[r];
     }
 }

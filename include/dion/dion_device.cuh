@@ -161,7 +161,8 @@ DION_HD void dion__proxy_rma_lead(const dion_ctx_t *c, dion_proxy_op_t pop, dion
                                   size_t bytes, uint32_t sig, dion_sig_op_t sop, uint64_t value,
                                   uint32_t counter, uint64_t t0)
 {
-    dion_proxy_cmd_t cmd = dion__proxy_cmd_rma(pop, peer, dst->id, dst_off, src->id, src_off, bytes);
+    dion_proxy_cmd_t cmd = dion__proxy_cmd_rma(pop, peer, dion__win_id(&c->dev, dst), dst_off,
+                                               dion__win_id(&c->dev, src), src_off, bytes);
     if (pop == DION_PROXY_OP_PUT_SIGNAL) dion__proxy_cmd_signal(&cmd, sig, (uint32_t)sop, value);
     if (counter != DION__NO_COUNTER) dion__proxy_cmd_count(&cmd, counter); /* the proxy thread counts it */
     uint64_t seen = 0;
@@ -183,7 +184,7 @@ DION_HD uint64_t dion__proxy_amo(const dion_ctx_t *c, dion_proxy_op_t pop, dion_
                                  int peer, size_t off, uint64_t operand, uint64_t desired)
 {
     dion_proxy_cmd_t cmd = dion__proxy_cmd(pop, peer);
-    cmd.u.amo.win = w->id;
+    cmd.u.amo.win = dion__win_id(&c->dev, w);
     cmd.u.amo.off = off;
     cmd.u.amo.operand = operand;
     cmd.u.amo.desired = desired;
@@ -289,13 +290,14 @@ DION_HD const dion_gdaki_key_t *dion__gdaki_key(const dion_ctx_t *c, dion_dwin_t
                                                 int peer)
 {
     const dion_gdaki_dev_t *g = c->dev.gdaki;
+    const uint32_t id = dion__win_id(&c->dev, w);
     const dion_gdaki_key_t *k =
-        &g->keys[(size_t)(w->id & (DION_GDAKI_KEY_ROWS - 1u)) * g->nranks + (size_t)rank];
-    if (k->tag == w->id + 1u) return k;
+        &g->keys[(size_t)(id & (DION_GDAKI_KEY_ROWS - 1u)) * g->nranks + (size_t)rank];
+    if (k->tag == id + 1u) return k;
     dion__err_t e = dion__err(DION_ERR_INVALID_ARG, op, peer);
     e.detail = DION_ERR_DETAIL_GDAKI;
     e.cmp = DION_GDAKI_REC_KEY;
-    e.observed = w->id;
+    e.observed = id;
     dion__record(c, e);
     return NULL;
 }

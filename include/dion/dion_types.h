@@ -229,14 +229,14 @@ struct dion_dev_trace {
 };
 
 /* Handle flags. */
-#define DION_DEVF_CHECK 0x1u  /* DION_CHECK=1: check every argument, record instead of touching memory */
-#define DION_DEVF_STATS 0x2u  /* DION_STATS=1: count ops per context */
-#define DION_DEVF_CPU   0x4u  /* CPU mode: device calls run on CPU threads over host windows */
-#define DION_DEVF_SYS   0x8u  /* fences need system scope: a peer on another GPU, or host windows */
-#define DION_DEVF_TRACE 0x10u /* DION_TRACE is set: device calls record events (device/trace.cuh) */
-#define DION_DEVF_PROXY 0x20u /* some peer is served by the proxy: proxy_rings is set */
-#define DION_DEVF_GDAKI 0x40u /* some peer is served by gdaki: gdaki is set */
-#define DION_DEVF_SIGHOST 0x80u /* this rank's signal table is host memory (CPU mode, pinned for the proxy) */
+#define DION_DEVF_CHECK   0x1u  /* DION_CHECK=1: check every argument, record instead of touching memory */
+#define DION_DEVF_STATS   0x2u  /* DION_STATS=1: count ops per context */
+#define DION_DEVF_CPU     0x4u  /* CPU mode: device calls run on CPU threads over host windows */
+#define DION_DEVF_SYS     0x8u  /* fences need system scope: a peer on another GPU, or host windows */
+#define DION_DEVF_TRACE   0x10u /* DION_TRACE is set: device calls record events (device/trace.cuh) */
+#define DION_DEVF_PROXY   0x20u /* some peer is served by the proxy: proxy_rings is set */
+#define DION_DEVF_GDAKI   0x40u /* some peer is served by gdaki: gdaki is set */
+#define DION_DEVF_SIGHOST 0x80u /* this rank's signal table is host memory (CPU mode, or pinned: proxy) */
 
 /* Words at the tail of every signal table, after the user's signals. */
 #define DION_CTL_ABORT       0 /* nonzero: the comm was aborted; holds a dion_status_t */
@@ -258,7 +258,7 @@ struct dion_dev_trace {
 struct dion_dev_win_slot {
     dion_dwin_t win; /* NULL: slot unused */
     uint32_t flags;
-    uint32_t pad;
+    uint32_t id; /* the window's id, which the proxy's commands and gdaki's keys name it by */
     union {
         char *base[DION_DEV_INLINE_PEERS];
         uint64_t base_u[DION_DEV_INLINE_PEERS];

@@ -2124,7 +2124,16 @@ static void dt_test_many_windows(void)
     DT_OK(dion_dev_create(dt_comm, &attr, &dev));
     int in_slot = 0;
     for (int i = 0; i < DT_MW_WINS; i++)
-        for (int k = 0; k < DION_DEV_WIN_SLOTS; k++) in_slot += dev.win_slot[k].win == dion_win_device(w[i]);
+        for (int k = 0; k < DION_DEV_WIN_SLOTS; k++) {
+            dion_dwin_t t = dion_win_device(w[i]);
+            if (dev.win_slot[k].win != t) continue;
+            in_slot++;
+            /* a slot's id stands for its table's on the GPU (the proxy's commands, gdaki's keys); a host
+             * window's table is readable here */
+            if (DT_ON_HOST && dev.win_slot[k].id != t->id)
+                DT_FAIL("window %d: the handle's slot %d says id %u, its table %u", i, k, dev.win_slot[k].id,
+                        t->id);
+        }
     if (in_slot == 0 || in_slot == DT_MW_WINS)
         DT_FAIL("%d of the %d windows are in the handle's slots: the test needs both kinds", in_slot,
                 DT_MW_WINS);

@@ -34,6 +34,10 @@ foreach(n 2 3)
             LABELS "host;cpu" TIMEOUT 240 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm;DT_STREAM_COUNT=2000")
   set_tests_properties(conf_cpu_proxy_shm_${n} PROPERTIES RUN_SERIAL TRUE)
 endforeach()
+# Six windows over the proxy, some in the handle's slots and some not (commands name a window by its id).
+dion_test(NAME conf_cpu_proxy_manywin_shm_2 COMMAND $<TARGET_FILE:dionrun> -n 2 --timeout 100 $<TARGET_FILE:conformance_cpu> manywin
+          LABELS "host;cpu" TIMEOUT 120 ENV "DION_CPU_MODE=1;DION_TRANSPORT=proxy;DION_OFI_PROVIDER=shm")
+set_tests_properties(conf_cpu_proxy_manywin_shm_2 PROPERTIES RUN_SERIAL TRUE)
 # A rank is killed (SIGKILL) in the middle of a put_signal stream over the proxy: survivors' waits and quiets fail,
 # and dion_dev_check names the dead rank.
 dion_test(NAME conf_cpu_proxy_peerfail COMMAND $<TARGET_FILE:conformance_cpu> peerfail_stream 3
