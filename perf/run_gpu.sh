@@ -2,7 +2,8 @@
 # Builds DION for sm_90 and runs, on the GPU machine, in one go: the gpu-labelled tests (ranks sharing GPU 0
 # under MPS; one rank per GPU where there are several), compute-sanitizer (memcheck, racecheck), and the
 # benchmarks of DION, NVSHMEM and NCCL's LSA device API side by side; on request (STEPS) the proxy ring's
-# pickup latency, dion-perf through p2p, the proxy and gdaki on the softnic model side by side (proxy; a short
+# pickup latency and the floor of a proxied signal without DION, dion-perf through p2p, the proxy and gdaki on
+# the softnic model side by side (proxy; copies under load: copyload; a short
 # gdaki call alone: gdakiperf), the gdaki and proxy posting rates (gdakirate), scripts/setup.sh run from a fresh
 # copy, and p2p_bench under plain mpirun. Logs and CSV go to $OUT.
 # Every step is bounded by its own timeout so that one hang cannot eat the whole run.
@@ -201,6 +202,9 @@ if want perf; then # issue 10: dion-perf, every test at its default sizes, next 
   [ "$NGPU" -ge 2 ] && run dion_perf_2gpu 240 $B/dionrun -n 2 --timeout 230 $B/perf/dion-perf --csv "$OUT/perf.csv" \
     --label 2gpu-nvlink
 fi
+if want copyload; then # a staging-sized copy while every SM polls, stores into or takes tickets in host memory
+  CUDA_VISIBLE_DEVICES=0 run copy_under_load 90 $B/perf/copy_under_load --iters 100 --csv "$OUT/copyload.csv" --label 1gpu
+fi
 if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi shm, ofi tcp) side by side, one CSV
   # proxy.csv's impl column names transport and provider: dion (p2p), dion-proxy-shm, dion-proxy-tcp[-hostwin]
   # (tcp cannot register GPU memory: its windows are host memory), dion-ring (perf/proxy_ring_bench: the ring
@@ -218,6 +222,10 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
   [ -x $B/perf/proxy_ring_bench_serial ] && CUDA_VISIBLE_DEVICES=0 run proxy_ring_serial_1gpu 30 \
     $B/perf/proxy_ring_bench_serial --tests pickup,ref --iters 5000 --warmup 500 --csv "$PCSV" --label 1gpu-mps
   [ -x $B/perf/ofi_shm_probe ] && run proxy_ofi_shm_probe 60 $B/perf/ofi_shm_probe 20000
+  # the floor of a GPU -> CPU -> CPU -> GPU signal without DION (impl floor-2proc: two processes, MPS clients as
+  # two ranks on one GPU are; dionrun -n 1 only provides MPS): bare flags, libfabric shm, DION's ring in front
+  [ -x $B/perf/proxy_floor ] && CUDA_VISIBLE_DEVICES=0 run proxy_floor_1gpu-mps 60 $B/dionrun -n 1 --mps --timeout 55 \
+    $B/perf/proxy_floor --procs 2 --iters 3000 --warmup 300 --csv "$PCSV" --label 1gpu-mps
   for where in 1gpu-mps 2gpu; do
     if [ $where = 1gpu-mps ]; then DR=($B/dionrun -n 2 --mps --timeout 40); VIS=0
     else [ "$NGPU" -ge 2 ] || continue; DR=($B/dionrun -n 2 --timeout 40); VIS=0,1; fi
@@ -261,7 +269,7 @@ if want proxy; then # issue 8: dion-perf through p2p and through the proxy (ofi 
       --reps 3 --row-seconds 1 --iters 300 --windows host --impl dion-proxy-shm-hostwin-spin50us --csv "$PCSV" \
       --label $where
   done
-  grep -hE "^# impl|^# (ok|FAIL)|^proxy_pickup|^put_signal_pingpong +thread +8 |^put8_msgrate|^(one|pingpong) |ofi: times|launching" \
+  grep -hE "^# impl|^# (ok|FAIL)|^proxy_pickup|^put_signal_pingpong +thread +8 |^put8_msgrate|^(one|pingpong) |^floor|ofi: times|launching" \
     "$OUT"/proxy_*.log "$OUT"/gdaki_*.log \
     | tee -a "$OUT/steps.log"
   python3 perf/check_csv.py "$PCSV" put_signal_pingpong,put_quiet,proxy_pickup,put_bw,put8_msgrate_allsm \
