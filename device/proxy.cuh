@@ -60,22 +60,31 @@ DION_HD dion_status_t dion__proxy_poll(const dion_proxy_ring_dev_t *r, const uin
  * once), then share the reading (dion__proxy_poll_shared). */
 #define DION__PROXY_DIRECT_POLLS 64u
 
+/* Naps of a waiter that has not read the host word itself in this wait before it trusts the copy enough to
+ * nap by its distance: the copy may be far behind the host word (nobody refreshes it while waits end in their
+ * direct polls), and a nap by a stale distance overslept 65 us, which cost put bandwidth with host windows
+ * 2.5 times at 1 MiB (H200 2026-12-01 20:24); within these short naps the thread that reads for all has
+ * refreshed it. */
+#define DION__PROXY_STALE_NAPS   4u
+#define DION__PROXY_STALE_NAP_NS 256u
+
 /* Polls the host counter *word until it is >= target, like dion__proxy_poll, but without every waiting thread
  * reading host memory: waiters read *cache (producer-side memory: GPU memory on a GPU), and one of them at a
  * time, the one that takes prod->poller, reads the host word, the ring's status and the abort word, raises
  * *cache to what it read (a release) and records a failure in prod->fail_cache. Each read of host memory
  * crosses PCIe; with a waiter in every warp of every SM (producers waiting for ring space, quiet after a
- * burst) those reads took the bus from everything else: staging copies took 0.5-1.6 ms instead of 7 us
- * under 132 polling blocks on the H200 (perf/copy_under_load), and staged message rates from all SMs fell to
- * 2% of the one-SM rate. Between polls a waiter naps in proportion to how far it is from its target. The
- * successful load is an acquire: the poller's acquire of the host word and its release into *cache carry the
- * consumer's release on to the waiter. */
+ * burst) those reads took the bus from everything else: staging copies took 0.3-1.3 ms instead of 7 us under
+ * 132 polling blocks on the H200 (perf/copy_under_load), and staged message rates from all SMs fell to 2% of
+ * the one-SM rate. Between polls a waiter naps in proportion to how far it is from its target. The successful
+ * load is an acquire: the poller's acquire of the host word and its release into *cache carry the consumer's
+ * release on to the waiter. */
 DION_HD dion_status_t dion__proxy_poll_shared(const dion_proxy_ring_dev_t *r, const uint64_t *word,
                                               uint64_t *cache, uint64_t target, uint64_t timeout_ns,
                                               uint64_t *observed)
 {
     dion_proxy_prod_t *pr = r->prod;
     uint64_t v = dion__ld_acquire(cache, r->scope), start = 0;
+    uint32_t stale = DION__PROXY_STALE_NAPS;
     for (uint32_t polls = 1; v < target; polls++) {
         uint64_t f = dion__ld_relaxed(&pr->fail_cache, r->scope);
         if (f) {
@@ -90,6 +99,7 @@ DION_HD dion_status_t dion__proxy_poll_shared(const dion_proxy_ring_dev_t *r, co
             if (st) dion__st_relaxed(&pr->fail_cache, st, r->scope);
             if (h > v) dion__atom_max_release(cache, h, r->scope);
             dion__st_release(&pr->poller, 0, r->scope);
+            stale = 0;
             if (h > v) v = h; /* acquired from the host word itself */
             if (v >= target) break;
             if (st) {
@@ -105,12 +115,14 @@ DION_HD dion_status_t dion__proxy_poll_shared(const dion_proxy_ring_dev_t *r, co
                 return DION_ERR_TIMEOUT;
             }
         }
+        const int fresh = stale == 0;
+        if (stale) stale--;
 #if DION__GPU
         /* the counter moves one command at a time (tens of ns each at the proxy): 32 ns per command to go */
         uint64_t d = target - v;
-        __nanosleep(d > 2048 ? 65536u : (unsigned)d * 32u);
+        __nanosleep(!fresh ? DION__PROXY_STALE_NAP_NS : d > 2048 ? 65536u : (unsigned)d * 32u);
 #else
-        dion__backoff(polls >= 16 ? polls + 4096 : polls); /* naps let the consumer's core drain */
+        dion__backoff(fresh && polls >= 16 ? polls + 4096 : polls); /* naps let the consumer's core drain */
 #endif
         v = dion__ld_acquire(cache, r->scope);
     }
