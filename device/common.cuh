@@ -198,6 +198,18 @@ DION_HD char *dion__win_base_inl(const dion_dev_t *d, dion_dwin_t w, int rank)
     return (char *)(uintptr_t)b;
 }
 
+/* This rank's own base of w, w in a slot: the slot's self entry, with no pick over the ranks (the sources of
+ * puts, the destinations of packets: fewer constants to select, and fewer registers held across a caller's
+ * loop when the compiler hoists the selection out of it). */
+DION_HD char *dion__win_self_inl(const dion_dev_t *d, dion_dwin_t w)
+{
+    uint64_t b = d->win_slot[0].self_u;
+    if (w == d->win_slot[1].win) b = d->win_slot[1].self_u;
+    if (w == d->win_slot[2].win) b = d->win_slot[2].self_u;
+    if (w == d->win_slot[3].win) b = d->win_slot[3].self_u;
+    return (char *)(uintptr_t)b;
+}
+
 DION_HD uint32_t dion__win_flags_inl(const dion_dev_t *d, dion_dwin_t w)
 {
     uint32_t f = d->win_slot[0].flags;
@@ -225,6 +237,15 @@ DION_HD char *dion__win_base_at(const dion_dev_t *d, dion_dwin_t w, int rank, in
 #endif
     (void)mode;
     return dion__win_base(d, w, rank);
+}
+
+/* This rank's base of w with the lookups of mode. */
+DION_HD char *dion__win_self_at(const dion_dev_t *d, dion_dwin_t w, int mode)
+{
+#if DION__GPU
+    if (mode == DION__LK_INLINE) return dion__win_self_inl(d, w);
+#endif
+    return dion__win_base_at(d, w, d->rank, mode);
 }
 
 DION_HD uint32_t dion__win_flags_at(const dion_dev_t *d, dion_dwin_t w, int mode)
@@ -895,7 +916,7 @@ hit:
 #if DION__POLL_MODE == 3
     uint64_t v = dion__ld_relaxed(word, scope);
     if (dion__cmp_holds(v, cmp, value)) {
-        dion__fence_acquire(scope);
+        dion__wait_acquire(scope);
         if (observed) *observed = v;
         return DION_SUCCESS;
     }
@@ -919,7 +940,7 @@ hit:
             dion__fence(scope);
             break;
 #elif DION__POLL_MODE == 3
-            dion__fence_acquire(scope);
+            dion__wait_acquire(scope);
             break;
 #else
             break;

@@ -55,6 +55,23 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
     return dion__p2p_scope_at(c, peer, w, 0);
 }
 
+/* Whether a block's p2p copies keep the compiler from holding per-thread values across the caller's loop (a
+ * candidate, off until measured: perf/CMakeLists.txt p2p_bench_bns, perf/run_gpu.sh step bns). In a kernel
+ * that loops over a block put_signal and a wait, the compiler hoists the fast path's bases, the addresses
+ * each thread derives from them for every element width and the general copy's inline selections out of the
+ * loop; with 1024 threads (64 registers) it cannot hold them all and keeps some on the stack
+ * (perf/p2p_bench.cu pingpong<3>: 128 bytes, ab_bench's DION block sends: 120-128), and the wait's acquire
+ * (CCTL.IVALL on sm_90) has just dropped the L1, so each reload before the copy is an L2 round trip. 1: the
+ * two bases pass through an empty asm, so that what each thread derives from them is computed in the call (a
+ * few IMADs), and a block's general copy reads the tables as the thread and warp general copies do
+ * (DION__LK_GENERAL): those kernels then keep nothing on the stack, but dion-perf's block put_signal kernel,
+ * which keeps nothing there by default, gets 24 bytes (its loop's own counters; nvcc 13.0, sm_90;
+ * docs/results/perf10-notes.md, fifth pass). What a kernel spills depends on the whole kernel: measure before
+ * making it the default. */
+#ifndef DION__BLOCK_NOSPILL
+#define DION__BLOCK_NOSPILL 0
+#endif
+
 /* A block put on the fast path (DION__BLOCK_FAST, include/dion/dion_device.cuh): peer, this rank and both
  * windows have inline entries. Every warp of the block runs what comes before its copy and its barrier on the
  * same 4 schedulers, so this is kept to what a hand-written copy runs: both bases from the parameter bank
@@ -64,7 +81,10 @@ DION_HD void dion__p2p_put_block_inl(const dion_dev_t *d, dion_dwin_t dst, int p
                                      dion_dwin_t src, size_t src_off, size_t bytes, uint32_t r, uint32_t g)
 {
     char *to = dion__win_base_inl(d, dst, peer) + dst_off;
-    const char *from = dion__win_base_inl(d, src, d->rank) + src_off;
+    const char *from = dion__win_self_inl(d, src) + src_off;
+#if DION__GPU && DION__BLOCK_NOSPILL
+    asm volatile("" : "+l"(to), "+l"(from)); /* the bases may be hoisted, what derives from them stays here */
+#endif
     if ((((uintptr_t)to | (uintptr_t)from | (uintptr_t)bytes) & 15) == 0) {
         if ((size_t)r < (bytes >> 4))
             dion__copy_body_16((dion__v16_t *)to, (const dion__v16_t *)from, bytes >> 4, r, g);
@@ -123,7 +143,7 @@ DION_HD void dion__p2p_put_at(const dion_dev_t *d, dion_dwin_t dst, int peer, si
 #endif
     {
         to = dion__win_base_at(d, dst, peer, mode) + dst_off;
-        from = dion__win_base_at(d, src, d->rank, mode) + src_off;
+        from = dion__win_self_at(d, src, mode) + src_off;
     }
 #if DION__TMA
     /* large block copies between GPU windows go through the bulk engine when the kernel opted in */

@@ -336,7 +336,7 @@ DION_HD int dion__pkt_target(const dion_ctx_t *c, dion_dwin_t w, int rank, int f
 DION_HD char *dion__pkt_own_base(const dion_ctx_t *c, dion_dwin_t w, int fast)
 {
 #if DION__GPU && DION__PKT_FAST == 1
-    if (fast) return dion__win_base_inl(&c->dev, w, c->dev.rank);
+    if (fast) return dion__win_self_inl(&c->dev, w);
 #elif DION__GPU && DION__PKT_FAST == 2
     if (fast) return (char *)(uintptr_t)dion__pkt_ldnc(&dion__win_peer(w, c->dev.rank)->base);
 #endif

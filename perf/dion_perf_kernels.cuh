@@ -96,6 +96,30 @@ static PERF_HD void perf_fail(const perf_args_t &a)
     *(volatile unsigned long long *)&a.status[0] = 1;
 }
 
+/* The group's sync after a round, which also tells every thread of the group whether its leader's wait or
+ * quiet failed (bad: that thread's own result; 0 elsewhere). On the GPU an OR at the barrier (warp vote) the
+ * round has anyway: reading the failure word instead costs every round a trip to L2 on its critical path,
+ * since the wait's or quiet's acquire has just dropped the L1 (dion-perf's p2p rows on the H200 were 0.19 us
+ * above p2p_bench's on the relaxed signal and 1.06 us on the block put_signal, 2026-12-01 20:06). CPU mode:
+ * the sync, then the word. */
+static PERF_HD int perf_group_failed(const perf_args_t &a, int g, int in_group, int bad)
+{
+#if DION__GPU
+    (void)a;
+    if (!in_group) return 0;
+    if (g == DION__BLOCK) return __syncthreads_or(bad);
+    if (g == DION__WARP) {
+        uint32_t n = dion__group_size(DION__WARP);
+        return __any_sync(n == 32 ? 0xffffffffu : (1u << n) - 1u, bad);
+    }
+    return bad;
+#else
+    (void)bad;
+    if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
+    return perf_failed(a);
+#endif
+}
+
 /* Ping-pong between ranks 0 and 1 on signal 0 (signal or put_signal of one group). */
 template <int op> static PERF_HD void perf_pingpong(const perf_args_t a)
 {
@@ -121,9 +145,9 @@ template <int op> static PERF_HD void perf_pingpong(const perf_args_t a)
                 else
                     dion_put_signal_block(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
             } else {
-                if (tid == 0 && dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) perf_fail(a);
-                if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
-                if (perf_failed(a)) return; /* the host sees the error record too */
+                int bad = 0;
+                if (tid == 0 && dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) perf_fail(a), bad = 1;
+                if (perf_group_failed(a, g, in_group, bad)) return; /* the host sees the error record too */
             }
         }
         if (initiator && tid == 0 && i > a.warmup) {
@@ -193,18 +217,18 @@ template <int op> static PERF_HD void perf_rounds(const perf_args_t a)
             if (op == T_GET_WARP) dion_get_warp(c, a.win, a.dst, a.win, peer, 0, a.bytes);
             if (op == T_GET_BLOCK) dion_get_block(c, a.win, a.dst, a.win, peer, 0, a.bytes);
         }
+        int bad = 0;
         if (tid == 0) {
             if (op == T_FADD) {
                 uint64_t old = dion_atomic_fetch_add(c, a.win, peer, a.fadd, 1);
                 if (old != (uint64_t)i) a.status[1]++; /* the word counts every round, from 0 */
             } else if (op == T_BARRIER) {
-                if (dion_barrier(c) != DION_SUCCESS) perf_fail(a);
+                if (dion_barrier(c) != DION_SUCCESS) perf_fail(a), bad = 1;
             } else if (dion_quiet(c) != DION_SUCCESS) {
-                perf_fail(a);
+                perf_fail(a), bad = 1;
             }
         }
-        if (g != DION__THREAD && in_group) dion__group_sync((dion__group_t)g);
-        if (perf_failed(a)) return;
+        if (perf_group_failed(a, g, in_group, bad)) return;
         if (tid == 0 && i >= a.warmup) {
             uint64_t now = dion__time_ns();
             a.times[i - a.warmup] = now - prev;

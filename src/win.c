@@ -29,6 +29,7 @@ struct dion_win {
     int table_kind;                     /* 0 malloc, 1 cudaMalloc, 2 cudaHostAlloc */
     uint32_t flags;                     /* the table's flags */
     char *bases[DION_DEV_INLINE_PEERS]; /* the first ranks' mapped bases, for device handles' slots */
+    char *self_base;                    /* this rank's part as the table names it, for the slots too */
 };
 
 /* Every window this process made, live or destroyed. Host handles are looked up here before they are read,
@@ -162,6 +163,7 @@ void dion__win_fill_slots(dion_comm_t c, struct dion_dev_win_slot *slots, int ma
         slots[k].flags = w->flags;
         slots[k].id = w->id;
         for (int r = 0; r < DION_DEV_INLINE_PEERS; r++) slots[k].base[r] = w->bases[r];
+        slots[k].self = w->self_base;
     }
 }
 
@@ -348,6 +350,7 @@ static dion_status_t dion__win_create(dion_comm_t c, void *base, size_t bytes, i
         st = dion__win_publish(w, tab, any_host);
         w->flags = tab->flags;
         for (int r = 0; r < n && r < DION_DEV_INLINE_PEERS; r++) w->bases[r] = tab->peer[r].base;
+        w->self_base = tab->peer[c->rank].base;
         ag = dion__comm_agree(c, st, "publishing the window table");
     }
     free(tab);

@@ -736,7 +736,11 @@ DION_HD int dion__fast_rma(const dion_ctx_t *c, int peer, dion_dwin_t a, dion_dw
 /* The lookups of an RMA call's general copy. A block's general copy keeps the selection it had before block
  * calls had a fast path (inline entries with table fallbacks, and the table in warps 4 and up:
  * DION__BLOCK_BASES), as the block variants without DION__BLOCK_FAST do. */
+#if DION__BLOCK_NOSPILL /* device/p2p.cuh: a block's general copy reads the tables too */
+#define DION__LK_GENERAL(g) DION__LK_SLOW
+#else
 #define DION__LK_GENERAL(g) ((g) == DION__BLOCK ? DION__LK_ANY : DION__LK_SLOW)
+#endif
 
 /* Block puts and put_signals take the fast path too, with a copy of their own (device/p2p.cuh,
  * dion__p2p_put_block_inl): bases from the parameter bank in every warp, alignment tested on the addresses,
@@ -768,7 +772,7 @@ DION_HD void dion__put_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwin_t dst
         /* mapped windows (device memory, other GPUs' and registered host memory) are in the global space:
          * the copy's accesses become LDG/STG instead of generic LD/ST */
         char *to = dion__win_base_inl(&c->dev, dst, peer) + dst_off;
-        const char *from = dion__win_base_inl(&c->dev, src, c->dev.rank) + src_off;
+        const char *from = dion__win_self_inl(&c->dev, src) + src_off;
         __builtin_assume(__isGlobal(to));
         __builtin_assume(__isGlobal(from));
         dion__copy(to, from, bytes, 0, 1);

@@ -263,6 +263,11 @@ struct dion_dev_win_slot {
         char *base[DION_DEV_INLINE_PEERS];
         uint64_t base_u[DION_DEV_INLINE_PEERS];
     };
+    /* this rank's own part (base[rank] at any rank): a source or local destination without an 8-way pick */
+    union {
+        char *self;
+        uint64_t self_u;
+    };
 };
 
 /** The device handle (dion_dev_create): a plain struct passed to kernels by value; its fields are internal

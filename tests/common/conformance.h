@@ -2133,6 +2133,10 @@ static void dt_test_many_windows(void)
             if (DT_ON_HOST && dev.win_slot[k].id != t->id)
                 DT_FAIL("window %d: the handle's slot %d says id %u, its table %u", i, k, dev.win_slot[k].id,
                         t->id);
+            /* the slot's own entry is what the table says this rank's part is (the fast paths' sources) */
+            if (DT_ON_HOST && dev.win_slot[k].self != t->peer[dt_rank].base)
+                DT_FAIL("window %d: the handle's slot %d says this rank's base is %p, its table %p", i, k,
+                        (void *)dev.win_slot[k].self, (void *)t->peer[dt_rank].base);
         }
     if (in_slot == 0 || in_slot == DT_MW_WINS)
         DT_FAIL("%d of the %d windows are in the handle's slots: the test needs both kinds", in_slot,

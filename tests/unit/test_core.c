@@ -258,6 +258,8 @@ static void test_block_put_inl(void)
     for (int iter = 0; iter < 1500; iter++) {
         int aligned = iter % 2 == 0, ds = (int)(rnd() % SLOTS), ss = (int)(rnd() % SLOTS);
         d.rank = (int32_t)(rnd() % RANKS);
+        for (int w = 0; w < SLOTS; w++)
+            d.win_slot[w].self = d.win_slot[w].base[d.rank]; /* as the host fills it */
         int peer = (int)(rnd() % RANKS);
         if (ds == ss && peer == d.rank) peer = (peer + 1) % RANKS; /* ranges may not overlap */
         size_t n = iter < 200 ? (size_t)iter * (aligned ? 16 : 1) : (size_t)(rnd() % (PART / 2));
