@@ -56,18 +56,21 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
 }
 
 /* Whether a block's p2p copies keep the compiler from holding per-thread values across the caller's loop (a
- * candidate, off until measured: perf/CMakeLists.txt p2p_bench_bns, perf/run_gpu.sh step bns). In a kernel
- * that loops over a block put_signal and a wait, the compiler hoists the fast path's bases, the addresses
- * each thread derives from them for every element width and the general copy's inline selections out of the
- * loop; with 1024 threads (64 registers) it cannot hold them all and keeps some on the stack
- * (perf/p2p_bench.cu pingpong<3>: 128 bytes, ab_bench's DION block sends: 120-128), and the wait's acquire
- * (CCTL.IVALL on sm_90) has just dropped the L1, so each reload before the copy is an L2 round trip. 1: the
- * two bases pass through an empty asm, so that what each thread derives from them is computed in the call (a
- * few IMADs), and a block's general copy reads the tables as the thread and warp general copies do
- * (DION__LK_GENERAL): those kernels then keep nothing on the stack, but dion-perf's block put_signal kernel,
- * which keeps nothing there by default, gets 24 bytes (its loop's own counters; nvcc 13.0, sm_90;
- * docs/results/perf10-notes.md, fifth pass). What a kernel spills depends on the whole kernel: measure before
- * making it the default. */
+ * candidate, off: perf/CMakeLists.txt p2p_bench_bns and _bns2, perf/run_gpu.sh step bns). In a kernel that
+ * loops over a block put_signal and a wait, the compiler hoists the fast path's bases, the addresses each
+ * thread derives from them for every element width and the general copy's inline selections out of the loop;
+ * with 1024 threads (64 registers) it cannot hold them all and keeps some on the stack (perf/p2p_bench.cu
+ * pingpong<3>: 136 bytes, ab_bench's DION block sends: 120-128), and the wait's acquire (CCTL.IVALL on sm_90)
+ * has just dropped the L1, so each reload before the copy is an L2 round trip. 1: every block copy's two
+ * bases pass through an empty asm, so that what each thread derives from them is computed in the call, and a
+ * block's general copy reads the tables as the thread and warp general copies do (DION__LK_GENERAL): those
+ * kernels keep nothing on the stack, and block put_signal got 0.09-0.23 us faster on one H200, but block put
+ * + quiet 0.3-0.53 us slower (the asm holds the bases in vector registers, so the compiler reselects them in
+ * every round instead of keeping them in uniform ones). 2: the same for put_signal's copy alone, so put +
+ * quiet keeps the default's code (it got 0.04 us faster). But either gives dion-perf's block put_signal
+ * kernel, which keeps nothing on the stack by default, 24 bytes of its own loop state, and that row 1.2 us
+ * more per round (2026-12-01 22:13 and 22:28; nvcc 13.0, sm_90; docs/results/2026-12-01-h200-s5): what a
+ * kernel reloads after its wait depends on the whole kernel, so neither is the default. */
 #ifndef DION__BLOCK_NOSPILL
 #define DION__BLOCK_NOSPILL 0
 #endif
@@ -78,12 +81,16 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
  * (no load, so a caller's loop computes them once), one alignment test on the addresses, and threads without
  * a 16-byte element leave before any of the copy's set-up. */
 DION_HD void dion__p2p_put_block_inl(const dion_dev_t *d, dion_dwin_t dst, int peer, size_t dst_off,
-                                     dion_dwin_t src, size_t src_off, size_t bytes, uint32_t r, uint32_t g)
+                                     dion_dwin_t src, size_t src_off, size_t bytes, uint32_t r, uint32_t g,
+                                     int opaque)
 {
     char *to = dion__win_base_inl(d, dst, peer) + dst_off;
     const char *from = dion__win_self_inl(d, src) + src_off;
-#if DION__GPU && DION__BLOCK_NOSPILL
-    asm volatile("" : "+l"(to), "+l"(from)); /* the bases may be hoisted, what derives from them stays here */
+#if DION__GPU
+    if (opaque) /* DION__BLOCK_NOSPILL: the bases may be hoisted, what derives from them stays in the call */
+        asm volatile("" : "+l"(to), "+l"(from));
+#else
+    (void)opaque;
 #endif
     if ((((uintptr_t)to | (uintptr_t)from | (uintptr_t)bytes) & 15) == 0) {
         if ((size_t)r < (bytes >> 4))
@@ -107,7 +114,7 @@ DION_HD void dion__p2p_put_at(const dion_dev_t *d, dion_dwin_t dst, int peer, si
      * would otherwise spend 32 warps' issue slots on work nobody uses. */
 #if DION__GPU && !DION__TMA
     if (kind == DION__BLOCK && mode == DION__LK_INLINE) { /* DION__BLOCK_FAST */
-        dion__p2p_put_block_inl(d, dst, peer, dst_off, src, src_off, bytes, r, g);
+        dion__p2p_put_block_inl(d, dst, peer, dst_off, src, src_off, bytes, r, g, DION__BLOCK_NOSPILL == 1);
         return;
     }
 #endif

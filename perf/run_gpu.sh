@@ -101,15 +101,21 @@ if want variants; then # the cooperative copy with 8 loads in flight per thread 
   CUDA_VISIBLE_DEVICES=0 run bench_dion_1gpu_tma 120 $B/dionrun -n 2 --mps $B/perf/p2p_bench_tma \
     --tests put_signal,put_bw,completion --csv "$OUT/variants.csv" --label 1gpu-mps-tma
 fi
-if want bns; then # candidate DION__BLOCK_NOSPILL=1 (device/p2p.cuh): its GPU suite; the A/B is step ab with
-  # AB_VARIANTS="p2p_bench p2p_bench_bns" (docs/results/perf10-notes.md, fifth pass)
-  run build_bns 300 cmake --build $B -j 16 --target conformance_gpu_bns
+if want bns; then # candidate DION__BLOCK_NOSPILL=2 (device/p2p.cuh): its GPU suite, dion-perf built with it; the
+  # A/B is step ab with AB_VARIANTS="p2p_bench p2p_bench_bns p2p_bench_bns2" (docs/results/perf10-notes.md)
+  run build_bns 300 cmake --build $B -j 16 --target conformance_gpu_bns dion-perf-bns2
   CUDA_VISIBLE_DEVICES=0 run conf_bns_2 300 $B/dionrun -n 2 --mps --timeout 250 $B/tests/gpu/conformance_gpu_bns all
   CUDA_VISIBLE_DEVICES=0 run conf_bns_manywin_10 200 $B/dionrun -n 10 --mps --timeout 150 \
     $B/tests/gpu/conformance_gpu_bns manywin
   [ "$NGPU" -ge 2 ] && DT_ONE_RANK_PER_GPU=1 run conf_bns_pergpu_2 300 $B/dionrun -n 2 --timeout 250 \
     $B/tests/gpu/conformance_gpu_bns all
   grep -hE "^(PASS|FAIL)|FAIL rank" "$OUT"/conf_bns_*.log | sort | uniq -c | tail -n 40
+  for round in 1 2; do # dion-perf's p2p rows with and without the candidate, alternating
+    CUDA_VISIBLE_DEVICES=0 run perf_default_$round 120 $B/dionrun -n 2 --mps --timeout 110 $B/perf/dion-perf \
+      --tests signal,put_signal,put_quiet --csv "$OUT/perf_bns.csv" --label "1gpu-mps:default:r$round"
+    CUDA_VISIBLE_DEVICES=0 run perf_bns2_$round 120 $B/dionrun -n 2 --mps --timeout 110 $B/perf/dion-perf-bns2 \
+      --tests signal,put_signal,put_quiet --csv "$OUT/perf_bns.csv" --label "1gpu-mps:bns2:r$round"
+  done
 fi
 if want ab; then # issue 10 (perf10): library variants side by side, alternating, two rounds; then ab_bench
   # AB_VARIANTS picks the builds (perf/CMakeLists.txt); the wait-mode and block-base ones of 2026-11-30 (w1 w2

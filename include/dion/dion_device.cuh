@@ -63,7 +63,7 @@ DION__STATIC_ASSERT(DION_NUM_COUNTERS == DION_PROXY_LCOUNTERS,
 
 /* The proxy's halves that post and wait stay out of line on the GPU: they cost microseconds anyway, and
  * inlined they would weigh on the register allocation of the p2p code they sit next to. They take the ring,
- * the timeout and a command by pointer, never the context: a dion_ctx_t holds the whole handle (about 570
+ * the timeout and a command by pointer, never the context: a dion_ctx_t holds the whole handle (about 610
  * bytes), and its address handed to a call that is not inlined makes the compiler copy the handle from the
  * kernel's parameters onto the stack at every such call (up to 4 KB of stack and 224 registers per kernel
  * before this shape, docs/gpu_kernels.md). Error records, statistics and trace events stay in the inlined
@@ -924,7 +924,12 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
             /* opaque to the compiler, which would otherwise recompute both after the barrier */
             asm volatile("" : "+l"(word), "+r"(scope));
         }
-        dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
+#if DION__GPU && !DION__TMA
+        if (DION__BLOCK_NOSPILL == 2) /* device/p2p.cuh: the put_signal's copy alone holds nothing */
+            dion__p2p_put_block_inl(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, 1);
+        else
+#endif
+            dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
         dion__group_sync(g);
         if (r == lead) {
             dion__p2p_signal_after_data(word, value, (uint32_t)op & 1u, scope);

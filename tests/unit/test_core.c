@@ -270,7 +270,7 @@ static void test_block_put_inl(void)
         memcpy(want, arena, total);
         memcpy(want + (d.win_slot[ds].base[peer] - arena) + dof, d.win_slot[ss].base[d.rank] + sof, n);
         for (uint32_t r = 0; r < g; r++)
-            dion__p2p_put_block_inl(&d, d.win_slot[ds].win, peer, dof, d.win_slot[ss].win, sof, n, r, g);
+            dion__p2p_put_block_inl(&d, d.win_slot[ds].win, peer, dof, d.win_slot[ss].win, sof, n, r, g, 0);
         if (memcmp(arena, want, total) != 0) {
             size_t k = 0;
             while (arena[k] == want[k]) k++;
