@@ -98,10 +98,10 @@ static PERF_HD void perf_fail(const perf_args_t &a)
 
 /* The group's sync after a round, which also tells every thread of the group whether its leader's wait or
  * quiet failed (bad: that thread's own result; 0 elsewhere). On the GPU an OR at the barrier (warp vote) the
- * round has anyway: reading the failure word instead costs every round a trip to L2 on its critical path,
- * since the wait's or quiet's acquire has just dropped the L1 (dion-perf's p2p rows on the H200 were 0.19 us
- * above p2p_bench's on the relaxed signal and 1.06 us on the block put_signal, 2026-12-01 20:06). CPU mode:
- * the sync, then the word. */
+ * round has anyway: reading the failure word instead cost every round a trip to L2 on its critical path,
+ * since the wait's or quiet's acquire has just dropped the L1 (H200, 2026-12-01: relaxed signal 0.560 ->
+ * 0.384 us, block put_signal 8 B 2.448 -> 1.520, block put + quiet 3.456 -> 2.176 without it; docs/results/
+ * 2026-12-01-h200-s5). CPU mode: the sync, then the word. */
 static PERF_HD int perf_group_failed(const perf_args_t &a, int g, int in_group, int bad)
 {
 #if DION__GPU
