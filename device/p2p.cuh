@@ -75,6 +75,21 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
 #define DION__BLOCK_NOSPILL 0
 #endif
 
+/* Whether a block put's threads with no element of the copy leave before the peer's base is selected. Its
+ * 8-way pick over the 4 slots is about 170 instructions a warp where the caller's loop does not hoist it, and
+ * a block of 1024 threads issues 8 warps on each scheduler, so they cost what 8 times as many would cost one
+ * warp: dion-perf's put + quiet by a block, whose loop keeps the pick inside, ran 238 instructions a warp per
+ * round against 95 in p2p_bench's (ncu, H200, 2026-12-01), and took 2.14 us against 0.95. 1: the test on the
+ * offsets and the windows' alignment flags (with every base 16-byte aligned, the addresses' alignment is the
+ * offsets'); 2: only the threads past the last byte; 0: none. The early leave makes the pick conditional, so
+ * a loop that used to hoist it no longer does, and the copying warp pays it: put_signal by a block, whose
+ * kernels hoisted it, lost 0.15-0.2 us with 1 in both programs, so put_signal never leaves early; put + quiet
+ * by a block got 0.64-0.74 us faster in dion-perf and 0.05-0.10 slower in p2p_bench (perf/CMakeLists.txt
+ * p2p_bench_el0, _el2, dion-perf-el0, -el2; docs/results/2026-12-01-h200-s6). */
+#ifndef DION__BLOCK_EARLY
+#define DION__BLOCK_EARLY 1
+#endif
+
 /* A block put on the fast path (DION__BLOCK_FAST, include/dion/dion_device.cuh): peer, this rank and both
  * windows have inline entries. Every warp of the block runs what comes before its copy and its barrier on the
  * same 4 schedulers, so this is kept to what a hand-written copy runs: both bases from the parameter bank
@@ -82,8 +97,14 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
  * a 16-byte element leave before any of the copy's set-up. */
 DION_HD void dion__p2p_put_block_inl(const dion_dev_t *d, dion_dwin_t dst, int peer, size_t dst_off,
                                      dion_dwin_t src, size_t src_off, size_t bytes, uint32_t r, uint32_t g,
-                                     int opaque)
+                                     int opaque, int early)
 {
+    if (early == 1 && r != 0 && (size_t)r * 16 >= bytes &&
+        ((size_t)r >= bytes ||
+         (((dst_off | src_off | bytes) & 15) == 0 &&
+          (dion__win_flags_inl(d, dst) & dion__win_flags_inl(d, src) & DION_WIN_ALIGN16))))
+        return;
+    if (early == 2 && r != 0 && (size_t)r >= bytes) return;
     char *to = dion__win_base_inl(d, dst, peer) + dst_off;
     const char *from = dion__win_self_inl(d, src) + src_off;
 #if DION__GPU
@@ -114,7 +135,8 @@ DION_HD void dion__p2p_put_at(const dion_dev_t *d, dion_dwin_t dst, int peer, si
      * would otherwise spend 32 warps' issue slots on work nobody uses. */
 #if DION__GPU && !DION__TMA
     if (kind == DION__BLOCK && mode == DION__LK_INLINE) { /* DION__BLOCK_FAST */
-        dion__p2p_put_block_inl(d, dst, peer, dst_off, src, src_off, bytes, r, g, DION__BLOCK_NOSPILL == 1);
+        dion__p2p_put_block_inl(d, dst, peer, dst_off, src, src_off, bytes, r, g, DION__BLOCK_NOSPILL == 1,
+                                DION__BLOCK_EARLY);
         return;
     }
 #endif

@@ -2,7 +2,9 @@
  * put+quiet completion latency and message rate. Rank 0 and rank 1 take part; start with
  *   dionrun -n 2 [--mps] p2p_bench [--tests ...] [--csv FILE] [--label L]
  * The "ref" test times hand-written load/store sequences on the same mapping, for calibration: they are not
- * DION calls and some of them do not order data before flags ("refpp": its ping-pongs without the copy). */
+ * DION calls and some of them do not order data before flags ("refpp": its ping-pongs without the copy).
+ * "completion_split" (not run by default) times put + quiet with each piece that dion-perf's round adds, and
+ * with 1024, 256 and 64 threads a block, to tell a harness's cost from the library's. */
 #include <algorithm>
 #include <vector>
 
@@ -289,6 +291,46 @@ __global__ void __launch_bounds__(group == 2 ? 1024 : 32, 1)
     if (threadIdx.x == 0) out[0] = bench_now_ns() - t0;
 }
 
+/* put + quiet split into what dion-perf's round adds to completion<> (its block row was 1.2 us above this
+ * one's on one H200): bit 0 the quiet's status is tested (the abort word is read), bit 1 the group learns of
+ * a failure at the barrier (__syncthreads_or), bit 2 thread 0 stores each round's time, bit 3 the peer is a
+ * kernel parameter. Each row is the mean per round; the data check after it covers every mode. */
+template <int group, int mode>
+__global__ void __launch_bounds__(group == 2 ? 1024 : 32, 1)
+    completion_split(dion_dev_t dev, dion_dwin_t win, int peer_arg, size_t bytes, int iters, int warmup,
+                     unsigned long long *out, unsigned long long *times)
+{
+    dion_ctx_t c = dion_ctx(dev, 0);
+    const int peer = (mode & 8) ? peer_arg : 1;
+    uint64_t t0 = 0, prev = 0;
+    for (int i = 0; i < warmup + iters; i++) {
+        if (i == warmup) t0 = prev = bench_now_ns();
+        if (group == 2)
+            dion_put_block(c, win, peer, PP_DST, win, PP_SRC, bytes);
+        else if (threadIdx.x == 0)
+            dion_put(c, win, peer, PP_DST, win, PP_SRC, bytes);
+        int bad = 0;
+        if (threadIdx.x == 0) {
+            dion_status_t st = dion_quiet(c);
+            if ((mode & 1) && st != DION_SUCCESS) out[1] = 1, bad = 1;
+        }
+        if (group == 2) {
+            if (mode & 2) {
+                if (__syncthreads_or(bad)) return;
+            } else {
+                __syncthreads();
+            }
+        }
+        if (bad) return;
+        if ((mode & 4) && threadIdx.x == 0 && i >= warmup) {
+            uint64_t now = bench_now_ns();
+            times[i - warmup] = now - prev;
+            prev = now;
+        }
+    }
+    if (threadIdx.x == 0) out[0] = bench_now_ns() - t0;
+}
+
 /* Message rate: every thread issues per_thread 8-byte puts to distinct words, then one quiet per block. */
 __global__ void msgrate(dion_dev_t dev, dion_dwin_t win, int per_thread, size_t region)
 {
@@ -499,6 +541,55 @@ int main(int argc, char **argv)
                 if (rank_ == 1)
                     failures += bench_check_landed("dion", base, PP_DST, PP_SRC, (size_t)b, 0, "put_quiet");
             }
+    }
+
+    /* ---- put + quiet split by what dion-perf's round adds (diagnostic) ---- */
+    if (bench_wants(&o, "completion_split")) {
+        unsigned long long *times;
+        BENCH_CHECK_CUDA(cudaMalloc(&times, sizeof(unsigned long long) * (size_t)o.iters));
+        typedef void (*split_fn)(dion_dev_t, dion_dwin_t, int, size_t, int, int, unsigned long long *,
+                                 unsigned long long *);
+        const struct {
+            const char *name, *group;
+            split_fn fn;
+            unsigned threads;
+        } rows[] = {{"pq_split_none", "block", completion_split<2, 0>, 1024},
+                    {"pq_split_status", "block", completion_split<2, 1>, 1024},
+                    {"pq_split_baror", "block", completion_split<2, 2>, 1024},
+                    {"pq_split_times", "block", completion_split<2, 4>, 1024},
+                    {"pq_split_peer", "block", completion_split<2, 8>, 1024},
+                    {"pq_split_status_baror", "block", completion_split<2, 3>, 1024},
+                    {"pq_split_all", "block", completion_split<2, 15>, 1024},
+                    {"pq_split_none_256", "block", completion_split<2, 0>, 256},
+                    {"pq_split_all_256", "block", completion_split<2, 15>, 256},
+                    {"pq_split_none_64", "block", completion_split<2, 0>, 64},
+                    {"pq_split_all_64", "block", completion_split<2, 15>, 64},
+                    {"pq_split_none", "thread", completion_split<0, 0>, 1},
+                    {"pq_split_status", "thread", completion_split<0, 1>, 1},
+                    {"pq_split_all", "thread", completion_split<0, 15>, 1}};
+        for (const auto &r : rows)
+            for (long long b : {8ll, 4096ll}) {
+                OK(dion_comm_barrier(comm));
+                if (rank_ == 0) {
+                    BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
+                    r.fn<<<1, r.threads>>>(dev, dwin, peer, (size_t)b, o.iters, o.iters / 10, out, times);
+                    BENCH_CHECK_LAUNCH(r.name);
+                    BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+                    unsigned long long t[2];
+                    BENCH_CHECK_CUDA(cudaMemcpy(t, out, 16, cudaMemcpyDeviceToHost));
+                    if (t[1]) {
+                        fprintf(stderr, "FAIL %s %s %lld: the quiet failed\n", r.name, r.group, b);
+                        failures++;
+                    } else {
+                        bench_row(&o, "dion", r.name, r.group, b, "latency_us",
+                                  (double)t[0] / o.iters / 1000);
+                    }
+                }
+                OK(dion_comm_barrier(comm));
+                if (rank_ == 1)
+                    failures += bench_check_landed("dion", base, PP_DST, PP_SRC, (size_t)b, 0, r.name);
+            }
+        cudaFree(times);
     }
 
     /* ---- message rate ---- */

@@ -925,11 +925,13 @@ DION_HD void dion__put_signal_p2p(const dion_ctx_t *c, dion__group_t g, dion_dwi
             asm volatile("" : "+l"(word), "+r"(scope));
         }
 #if DION__GPU && !DION__TMA
-        if (DION__BLOCK_NOSPILL == 2) /* device/p2p.cuh: the put_signal's copy alone holds nothing */
-            dion__p2p_put_block_inl(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, 1);
-        else
+        /* never the early leave (device/p2p.cuh, DION__BLOCK_EARLY); DION__BLOCK_NOSPILL 1 or 2: the copy
+         * holds nothing across the caller's loop */
+        dion__p2p_put_block_inl(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n,
+                                DION__BLOCK_NOSPILL != 0, 0);
+#else
+        dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
 #endif
-            dion__p2p_put_at(&c->dev, dst, peer, dst_off, src, src_off, bytes, r, n, g, mode);
         dion__group_sync(g);
         if (r == lead) {
             dion__p2p_signal_after_data(word, value, (uint32_t)op & 1u, scope);

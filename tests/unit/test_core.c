@@ -239,7 +239,7 @@ static void test_copy_vec(void)
  * GPU when peer, rank and windows have inline entries), every thread of a group run in turn: the destination
  * base is the peer's in the destination window's slot and the source base this rank's in the source window's,
  * all bytes arrive and nothing else in any window moves; 16-byte ends and sizes (the body alone, threads past
- * the last element leaving) and any others (through the general copy). */
+ * the last element leaving) and any others (through the general copy), in every early-leave mode. */
 static void test_block_put_inl(void)
 {
     enum { SLOTS = DION_DEV_WIN_SLOTS, RANKS = DION_DEV_INLINE_PEERS, PART = 1 << 13 };
@@ -248,34 +248,46 @@ static void test_block_put_inl(void)
     static uint64_t tag[SLOTS]; /* distinct window handles; never dereferenced here */
     static dion_dev_t d;
     memset(&d, 0, sizeof d);
-    for (int w = 0; w < SLOTS; w++) {
-        d.win_slot[w].win = (dion_dwin_t)(void *)&tag[w];
-        for (int k = 0; k < RANKS; k++)
-            d.win_slot[w].base[k] = arena + ((size_t)w * RANKS + (size_t)k) * PART;
-    }
+    for (int w = 0; w < SLOTS; w++) d.win_slot[w].win = (dion_dwin_t)(void *)&tag[w];
     static const uint32_t groups[] = {1, 32, 33, 256, 1024};
     int cases = 0;
     for (int iter = 0; iter < 1500; iter++) {
-        int aligned = iter % 2 == 0, ds = (int)(rnd() % SLOTS), ss = (int)(rnd() % SLOTS);
+        /* every early-leave mode (DION__BLOCK_EARLY); the windows' alignment flag is true when set, and when
+         * clear the bases may be 8 bytes off 16 (the leave must then not trust the offsets alone) */
+        int early = (int)(rnd() % 3);
+        uint32_t flags = rnd() % 2 ? DION_WIN_ALIGN16 : 0;
+        size_t shift = !flags && rnd() % 2 ? 8 : 0;
+        for (int w = 0; w < SLOTS; w++) {
+            d.win_slot[w].flags = flags;
+            for (int k = 0; k < RANKS; k++)
+                d.win_slot[w].base[k] = arena + ((size_t)w * RANKS + (size_t)k) * PART + shift;
+        }
+        /* 16-byte ends and sizes, 8-byte ones (the early leave must not take them for 16), or any */
+        size_t align = iter % 2 == 0 ? 16 : iter % 4 == 1 ? 8 : 1;
+        int ds = (int)(rnd() % SLOTS), ss = (int)(rnd() % SLOTS);
         d.rank = (int32_t)(rnd() % RANKS);
         for (int w = 0; w < SLOTS; w++)
             d.win_slot[w].self = d.win_slot[w].base[d.rank]; /* as the host fills it */
         int peer = (int)(rnd() % RANKS);
         if (ds == ss && peer == d.rank) peer = (peer + 1) % RANKS; /* ranges may not overlap */
-        size_t n = iter < 200 ? (size_t)iter * (aligned ? 16 : 1) : (size_t)(rnd() % (PART / 2));
-        size_t dof = rnd() % (PART / 2), sof = rnd() % (PART / 2);
-        if (aligned) n &= ~(size_t)15, dof &= ~(size_t)15, sof &= ~(size_t)15;
+        size_t n = iter < 200 ? (size_t)iter * align : (size_t)(rnd() % (PART / 2));
+        size_t dof = rnd() % (PART / 2 - 16),
+               sof = rnd() % (PART / 2 - 16); /* inside the part when shifted */
+        n &= ~(align - 1), dof &= ~(align - 1), sof &= ~(align - 1);
         uint32_t g = groups[rnd() % 5];
         for (size_t i = 0; i < total; i++) arena[i] = (char)rnd();
         memcpy(want, arena, total);
         memcpy(want + (d.win_slot[ds].base[peer] - arena) + dof, d.win_slot[ss].base[d.rank] + sof, n);
         for (uint32_t r = 0; r < g; r++)
-            dion__p2p_put_block_inl(&d, d.win_slot[ds].win, peer, dof, d.win_slot[ss].win, sof, n, r, g, 0);
+            dion__p2p_put_block_inl(&d, d.win_slot[ds].win, peer, dof, d.win_slot[ss].win, sof, n, r, g, 0,
+                                    early);
         if (memcmp(arena, want, total) != 0) {
             size_t k = 0;
             while (arena[k] == want[k]) k++;
-            CHECK(0, "block put n=%zu dst slot %d rank %d +%zu src slot %d rank %d +%zu g=%u: byte %zu", n,
-                  ds, peer, dof, ss, (int)d.rank, sof, g, k);
+            CHECK(0,
+                  "block put n=%zu dst slot %d rank %d +%zu src slot %d rank %d +%zu g=%u early %d flags %#x "
+                  "shift %zu: byte %zu",
+                  n, ds, peer, dof, ss, (int)d.rank, sof, g, early, flags, shift, k);
             break;
         }
         cases++;
