@@ -76,16 +76,16 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
 #endif
 
 /* Whether a block put's threads with no element of the copy leave before the peer's base is selected. Its
- * 8-way pick over the 4 slots is about 170 instructions a warp where the caller's loop does not hoist it, and
+ * 8-way pick over the 4 slots is about 160 instructions a warp where the caller's loop does not hoist it, and
  * a block of 1024 threads issues 8 warps on each scheduler, so they cost what 8 times as many would cost one
  * warp: dion-perf's put + quiet by a block, whose loop keeps the pick inside, ran 238 instructions a warp per
  * round against 95 in p2p_bench's (ncu, H200, 2026-12-01), and took 2.14 us against 0.95. 1: the test on the
  * offsets and the windows' alignment flags (with every base 16-byte aligned, the addresses' alignment is the
  * offsets'); 2: only the threads past the last byte; 0: none. The early leave makes the pick conditional, so
- * a loop that used to hoist it no longer does, and the copying warp pays it: put_signal by a block, whose
- * kernels hoisted it, lost 0.15-0.2 us with 1 in both programs, so put_signal never leaves early; put + quiet
- * by a block got 0.64-0.74 us faster in dion-perf and 0.05-0.10 slower in p2p_bench (perf/CMakeLists.txt
- * p2p_bench_el0, _el2, dion-perf-el0, -el2; docs/results/2026-12-01-h200-s6). */
+ * a loop that hoisted it may stop doing so, and then the copying warp pays it: put_signal by a block lost
+ * 0.15-0.2 us with 1 in both programs, so put_signal never leaves early; put + quiet by a block got 0.64-0.74
+ * us faster in dion-perf and 0.05-0.10 slower in p2p_bench (perf/CMakeLists.txt p2p_bench_el0, _el2,
+ * dion-perf-el0, -el2; docs/results/2026-12-01-h200-s6). */
 #ifndef DION__BLOCK_EARLY
 #define DION__BLOCK_EARLY 1
 #endif
