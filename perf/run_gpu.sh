@@ -117,6 +117,22 @@ if want bns; then # candidate DION__BLOCK_NOSPILL=2 (device/p2p.cuh): its GPU su
       --tests signal,put_signal,put_quiet --csv "$OUT/perf_bns.csv" --label "1gpu-mps:bns2:r$round"
   done
 fi
+if want el; then # the block put's early leave (device/p2p.cuh DION__BLOCK_EARLY): dion-perf with it (default) and
+  # without (el0), alternating, on one GPU and one rank per GPU; p2p_bench's pair is step ab with
+  # AB_VARIANTS="p2p_bench p2p_bench_el0" (docs/results/perf10-notes.md, sixth pass)
+  run build_el 300 cmake --build $B -j 16 --target dion-perf dion-perf-el0 || exit 1
+  EA=(--tests put_signal,put_quiet --groups block --sizes 8,1024,4096,65536)
+  for round in 1 2; do
+    for v in dion-perf dion-perf-el0; do
+      n=${v#dion-perf}; n=${n#-}; n=${n:-default}
+      CUDA_VISIBLE_DEVICES=0 run el_${n}_1gpu_$round 120 $B/dionrun -n 2 --mps --timeout 110 $B/perf/$v "${EA[@]}" \
+        --csv "$OUT/perf_el.csv" --label "1gpu-mps:$n:r$round"
+      [ "$NGPU" -ge 2 ] && run el_${n}_2gpu_$round 120 $B/dionrun -n 2 --timeout 110 $B/perf/$v "${EA[@]}" \
+        --csv "$OUT/perf_el.csv" --label "2gpu-nvlink:$n:r$round"
+    done
+  done
+  grep -hE "^(put_quiet|put_signal_pingpong) " "$OUT"/el_*.log | tee -a "$OUT/steps.log"
+fi
 if want ab; then # issue 10 (perf10): library variants side by side, alternating, two rounds; then ab_bench
   # AB_VARIANTS picks the builds (perf/CMakeLists.txt); the wait-mode and block-base ones of 2026-11-30 (w1 w2
   # bpick btab bhyb bbr) are decided and left out unless named. refpp: the hand-written reference ping-pongs
