@@ -95,7 +95,9 @@ def main():
               ("ref_flag_relaxed_acq", 0, "ref_flag_relaxed", "raw relaxed flag + fence.acquire / raw relaxed flag"),
               ("signal_relaxed_pingpong", 0, "ref_flag_relaxed_acq", "relaxed signal / raw relaxed flag + fence.acquire"),
               ("ref_flag_relaxed_libwait", 0, "ref_flag_relaxed", "raw store + dion_wait / raw relaxed flag"),
-              ("ref_flag_relaxed_libsignal", 0, "ref_flag_relaxed", "dion_signal relaxed + raw wait / raw relaxed flag")]
+              ("ref_flag_relaxed_libsignal", 0, "ref_flag_relaxed", "dion_signal relaxed + raw wait / raw relaxed flag"),
+              # the same goal with both in one launch (p2p_bench's signal_ab): no launch-to-launch spread
+              ("signal_ab_relaxed", 0, "signal_ab_raw_relaxed", "relaxed signal / raw relaxed flag, one launch")]
     print("\n== 1b. ratios to the same run's hand-written floor (mean of rounds), per variant")
     print(f"{'where':12} {'ratio':52} " + " ".join(f"{v:>8}" for v in variants))
     for w in sorted({k[0] for k in ab}):
@@ -103,7 +105,8 @@ def main():
             cells = []
             for v in variants:
                 x = mean(ab.get((w, v, t, "thread", b, "oneway_us"), []))
-                y = mean(ab.get((w, v, ref, "thread", 0 if ref.startswith("ref_flag") else 8, "oneway_us"), []))
+                rb = 0 if ref.startswith("ref_flag") or ref.startswith("signal_ab") else 8
+                y = mean(ab.get((w, v, ref, "thread", rb, "oneway_us"), []))
                 cells.append(f"{x / y:8.3f}" if x and y else f"{'-':>8}")
             print(f"{w:12} {what:52} " + " ".join(cells))
 

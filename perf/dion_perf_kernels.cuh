@@ -120,11 +120,27 @@ static PERF_HD int perf_group_failed(const perf_args_t &a, int g, int in_group, 
 #endif
 }
 
+/* How the loops below pass their arguments. Each call takes win, dst and bytes either from locals read
+ * before the loop (as a kernel with scalar parameters, p2p_bench's, has them) or from the fields of the
+ * by-value struct at the call. The two compile differently, and neither is best for every kernel: with the
+ * locals, ptxas keeps the fast path's window test and bases in registers across the loop where it otherwise
+ * reloads them from the parameter bank and redoes the test after every wait (warp put_signal: 108 registers
+ * instead of 96, 22 parameter-bank loads in the loop instead of 43), but in the block get kernel the same
+ * change spills 48 bytes to the stack. So each call uses what measured faster (H200, one GPU, 2026-12-02,
+ * docs/results/2026-12-02-h200-s7; each kernel of the p2p set has the SASS of the build it was measured in):
+ * locals for put_signal (8 B one-way: thread 1.10 -> 1.01 us, warp 1.49 -> 1.20, block 1.50 -> 1.42-1.47),
+ * put + quiet (8 B: thread 0.77 -> 0.67, warp 1.06 -> 0.80, block 1.44 -> 1.25; 64 KiB by a block 3.10 ->
+ * 2.43) and the warp and block packets (8 B: 0.77-0.83 -> 0.70-0.72, 1.06 -> 0.77-0.78); the fields for
+ * get (block 8 B: 1.57 with them, 3.20 with the locals), fetch-add (0.42 against 0.48) and the thread's
+ * packets (1 KiB: 14.1 against 15.0). */
+
 /* Ping-pong between ranks 0 and 1 on signal 0 (signal or put_signal of one group). */
 template <int op> static PERF_HD void perf_pingpong(const perf_args_t a)
 {
     dion_ctx_t c = dion_ctx(a.dev, 0);
     const int initiator = a.dev.rank == 0, peer = a.peer, g = perf_group_of(op);
+    dion_dwin_t win = a.win;
+    const size_t dst = a.dst, bytes = a.bytes;
     const uint32_t tid = dion__block_thread();
     const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
     uint64_t t0 = 0, prev = 0;
@@ -139,11 +155,11 @@ template <int op> static PERF_HD void perf_pingpong(const perf_args_t a)
                 else if (op == T_SIGNAL_RELAXED)
                     dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
                 else if (op == T_PS_THREAD)
-                    dion_put_signal(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
+                    dion_put_signal(c, win, peer, dst, win, 0, bytes, 0, DION_SIG_SET, v);
                 else if (op == T_PS_WARP)
-                    dion_put_signal_warp(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
+                    dion_put_signal_warp(c, win, peer, dst, win, 0, bytes, 0, DION_SIG_SET, v);
                 else
-                    dion_put_signal_block(c, a.win, peer, a.dst, a.win, 0, a.bytes, 0, DION_SIG_SET, v);
+                    dion_put_signal_block(c, win, peer, dst, win, 0, bytes, 0, DION_SIG_SET, v);
             } else {
                 int bad = 0;
                 if (tid == 0 && dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) perf_fail(a), bad = 1;
@@ -166,6 +182,9 @@ template <int op> static PERF_HD void perf_packet(const perf_args_t a)
 {
     dion_ctx_t c = dion_ctx(a.dev, 0);
     const int initiator = a.dev.rank == 0, peer = a.peer, g = perf_group_of(op);
+    dion_dwin_t win = a.win; /* the warp's and the block's calls (see above perf_pingpong) */
+    const size_t dst = a.dst, bytes = a.bytes;
+    char *const local = a.local, *const out = a.local + a.out;
     const uint32_t tid = dion__block_thread();
     const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
     uint64_t prev = 0;
@@ -177,14 +196,12 @@ template <int op> static PERF_HD void perf_packet(const perf_args_t a)
             dion_status_t st = DION_SUCCESS;
             if ((half == 0) == initiator) {
                 if (op == T_PKT_THREAD) dion_put_packet(c, a.win, peer, a.dst, a.local, a.bytes, seq);
-                if (op == T_PKT_WARP) dion_put_packet_warp(c, a.win, peer, a.dst, a.local, a.bytes, seq);
-                if (op == T_PKT_BLOCK) dion_put_packet_block(c, a.win, peer, a.dst, a.local, a.bytes, seq);
+                if (op == T_PKT_WARP) dion_put_packet_warp(c, win, peer, dst, local, bytes, seq);
+                if (op == T_PKT_BLOCK) dion_put_packet_block(c, win, peer, dst, local, bytes, seq);
             } else {
                 if (op == T_PKT_THREAD) st = dion_wait_packet(c, a.win, a.dst, a.local + a.out, a.bytes, seq);
-                if (op == T_PKT_WARP)
-                    st = dion_wait_packet_warp(c, a.win, a.dst, a.local + a.out, a.bytes, seq);
-                if (op == T_PKT_BLOCK)
-                    st = dion_wait_packet_block(c, a.win, a.dst, a.local + a.out, a.bytes, seq);
+                if (op == T_PKT_WARP) st = dion_wait_packet_warp(c, win, dst, out, bytes, seq);
+                if (op == T_PKT_BLOCK) st = dion_wait_packet_block(c, win, dst, out, bytes, seq);
                 if (st != DION_SUCCESS) { /* every thread of the group got the same status */
                     if (tid == 0) perf_fail(a);
                     return;
@@ -204,15 +221,17 @@ template <int op> static PERF_HD void perf_rounds(const perf_args_t a)
 {
     dion_ctx_t c = dion_ctx(a.dev, 0);
     const int peer = a.peer, g = perf_group_of(op);
+    dion_dwin_t win = a.win; /* the puts' calls (see above perf_pingpong) */
+    const size_t dst = a.dst, bytes = a.bytes;
     const uint32_t tid = dion__block_thread();
     const int in_group = g == DION__BLOCK || (g == DION__WARP && tid < 32) || tid == 0;
     uint64_t prev = 0;
     for (int i = 0; i < a.warmup + a.iters; i++) {
         if (i == a.warmup && tid == 0) prev = dion__time_ns();
         if (in_group) {
-            if (op == T_PQ_THREAD) dion_put(c, a.win, peer, a.dst, a.win, 0, a.bytes);
-            if (op == T_PQ_WARP) dion_put_warp(c, a.win, peer, a.dst, a.win, 0, a.bytes);
-            if (op == T_PQ_BLOCK) dion_put_block(c, a.win, peer, a.dst, a.win, 0, a.bytes);
+            if (op == T_PQ_THREAD) dion_put(c, win, peer, dst, win, 0, bytes);
+            if (op == T_PQ_WARP) dion_put_warp(c, win, peer, dst, win, 0, bytes);
+            if (op == T_PQ_BLOCK) dion_put_block(c, win, peer, dst, win, 0, bytes);
             if (op == T_GET_THREAD) dion_get(c, a.win, a.dst, a.win, peer, 0, a.bytes);
             if (op == T_GET_WARP) dion_get_warp(c, a.win, a.dst, a.win, peer, 0, a.bytes);
             if (op == T_GET_BLOCK) dion_get_block(c, a.win, a.dst, a.win, peer, 0, a.bytes);

@@ -4,7 +4,8 @@
  * The "ref" test times hand-written load/store sequences on the same mapping, for calibration: they are not
  * DION calls and some of them do not order data before flags ("refpp": its ping-pongs without the copy).
  * "completion_split" (not run by default) times put + quiet with each piece that dion-perf's round adds, and
- * with 1024, 256 and 64 threads a block, to tell a harness's cost from the library's. */
+ * with 1024, 256 and 64 threads a block, to tell a harness's cost from the library's. "signal" (or
+ * "signal_ab" alone) also times the raw relaxed flag and DION's relaxed signal interleaved in one launch. */
 #include <algorithm>
 #include <vector>
 
@@ -251,6 +252,55 @@ static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win
     BENCH_CHECK_LAUNCH("pingpong");
 }
 
+/* Goal 2's ratio measured in one launch: chunks of `chunk` rounds alternate between the raw relaxed flag (a
+ * relaxed store, a relaxed poll loop, as REF_RELAXED) and DION's relaxed signal (dion_signal SET_RELAXED,
+ * dion_wait), on the same word, the same two blocks and the same clocks. A launch of a ping-pong on one GPU
+ * under MPS lands in one of two states about 0.095 us (one-way) apart, the same code either way (H200,
+ * 2026-12-02: signal_relaxed_pingpong 0.398 or 0.491 us in 8 launches), so a ratio of two rows launched
+ * apart carries that step; here both halves share it (raw 0.374 / DION 0.398, or 0.473 / 0.491;
+ * docs/results/2026-12-02-h200-s7). The raw loop compiled into this kernel is slower than REF_RELAXED's own
+ * kernel (0.30-0.33 us in the same calls), so the ratio is the library's cost in the same code, not against
+ * the best raw kernel. The first two chunks are warm-up. out[0] / out[2]: the raw / DION chunks' time on
+ * rank 0; out[1]: a failed wait. */
+__global__ void __launch_bounds__(1, 1)
+    signal_ab(dion_dev_t dev, int chunks, int chunk, uint64_t base, unsigned long long *out)
+{
+    dion_ctx_t c = dion_ctx(dev, 0);
+    const int me = dev.rank, peer = me ^ 1, initiator = me == 0;
+    const uint32_t scope = dion__dev_scope(&dev);
+    uint64_t *mysig = dev.signals, *peersig = dion__peer_signals(&dev, peer);
+    uint64_t v = base, spent_raw = 0, spent_lib = 0;
+    for (int k = 0; k < chunks; k++) {
+        const int lib = k & 1;
+        const uint64_t t0 = bench_now_ns();
+        for (int i = 0; i < chunk; i++) {
+            v++;
+            for (int half = 0; half < 2; half++) {
+                if ((half == 0) == initiator) {
+                    if (lib)
+                        dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
+                    else
+                        dion__st_relaxed(peersig, v, scope);
+                } else if (lib) {
+                    if (dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) {
+                        out[1] = 1;
+                        return; /* the host sees the error record too */
+                    }
+                } else {
+                    while (dion__ld_relaxed(mysig, scope) != v) {
+                    }
+                }
+            }
+        }
+        const uint64_t dt = k >= 2 ? bench_now_ns() - t0 : 0;
+        if (lib)
+            spent_lib += dt;
+        else
+            spent_raw += dt;
+    }
+    if (initiator) out[0] = spent_raw, out[2] = spent_lib;
+}
+
 /* Put bandwidth: the blocks split total bytes into chunks, each a dion_put_block; then each block quiets.
  * Launched with 512 threads: the bound keeps it within 128 registers, which builds with deeper copies
  * (DION__COPY_UNROLL 8 or 16: 160-240 unbounded) would exceed, and then fail to launch. */
@@ -471,6 +521,33 @@ int main(int argc, char **argv)
             failures += bench_check_landed("dion", base, PP_DST, PP_SRC, (size_t)pc.bytes, peer, pc.test);
         if (rank_ == 0)
             bench_row(&o, "dion", pc.test, pc.group, pc.bytes, "oneway_us", (double)r[0] / iters / 2 / 1000);
+    }
+
+    /* goal 2's ratio in one launch (signal_ab above): the raw relaxed flag and DION's relaxed signal
+     * interleaved, 100 rounds at a time */
+    if (bench_wants(&o, "signal") || bench_wants(&o, "signal_ab")) {
+        const int chunk = 100, per_mode = (o.iters + chunk - 1) / chunk, chunks = 2 + 2 * per_mode;
+        OK(dion_comm_barrier(comm));
+        BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
+        OK(dion_comm_barrier(comm));
+        if (active) {
+            signal_ab<<<1, 1>>>(dev, chunks, chunk, base_value, out);
+            BENCH_CHECK_LAUNCH("signal_ab");
+            BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+        }
+        base_value += (uint64_t)chunks * chunk;
+        unsigned long long r[3];
+        BENCH_CHECK_CUDA(cudaMemcpy(r, out, sizeof r, cudaMemcpyDeviceToHost));
+        if (r[1] || dion_dev_check(comm, &dev) != DION_SUCCESS) {
+            fprintf(stderr, "FAIL rank %d: signal_ab: %s\n", rank_, dion_last_error());
+            failures++;
+        } else if (rank_ == 0) {
+            const double rounds = (double)per_mode * chunk;
+            bench_row(&o, "dion", "signal_ab_raw_relaxed", "thread", 0, "oneway_us",
+                      (double)r[0] / rounds / 2 / 1000);
+            bench_row(&o, "dion", "signal_ab_relaxed", "thread", 0, "oneway_us",
+                      (double)r[2] / rounds / 2 / 1000);
+        }
     }
 
     /* ---- bandwidth ---- */
