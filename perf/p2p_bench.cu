@@ -254,14 +254,13 @@ static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win
 
 /* Goal 2's ratio measured in one launch: chunks of `chunk` rounds alternate between the raw relaxed flag (a
  * relaxed store, a relaxed poll loop, as REF_RELAXED) and DION's relaxed signal (dion_signal SET_RELAXED,
- * dion_wait), on the same word, the same two blocks and the same clocks. A launch of a ping-pong on one GPU
- * under MPS lands in one of two states about 0.095 us (one-way) apart, the same code either way (H200,
- * 2026-12-02: signal_relaxed_pingpong 0.398 or 0.491 us in 8 launches), so a ratio of two rows launched
- * apart carries that step; here both halves share it (raw 0.374 / DION 0.398, or 0.473 / 0.491;
- * docs/results/2026-12-02-h200-s7). The raw loop compiled into this kernel is slower than REF_RELAXED's own
- * kernel (0.30-0.33 us in the same calls), so the ratio is the library's cost in the same code, not against
- * the best raw kernel. The first two chunks are warm-up. out[0] / out[2]: the raw / DION chunks' time on
- * rank 0; out[1]: a failed wait. */
+ * dion_wait), on the same word, the same two blocks and the same clocks. Rows launched one after another
+ * vary by up to 0.1 us with the same code (H200, 2026-12-02: on one GPU signal_relaxed_pingpong took 0.398
+ * or 0.491 us, two states; on another 0.279-0.332), so a ratio of two rows launched apart carries that; here
+ * both halves run in the same launch. It removes the launch-to-launch part, not all of it: on the first GPU
+ * the ratio was 1.04-1.065 in 11 launches, on the second 1.12-1.30 in 30, where the raw half still varied
+ * (0.265-0.305 us) and DION's did not (0.341-0.345; docs/results/2026-12-02-h200-s7). The first two chunks
+ * are warm-up. out[0] / out[2]: the raw / DION chunks' time on rank 0; out[1]: a failed wait. */
 __global__ void __launch_bounds__(1, 1)
     signal_ab(dion_dev_t dev, int chunks, int chunk, uint64_t base, unsigned long long *out)
 {
