@@ -178,6 +178,29 @@ static inline int bench_check_landed(const char *impl, const char *mem, size_t d
     return 0;
 }
 
+/* The message rate's landing area after its launches: word w holds the sender's source word w % 1024 (each
+ * launch writes every word of the area). 0, or 1 with the first wrong word on stderr. */
+static inline int bench_check_rate_words(const char *impl, const char *mem, size_t dst, size_t words,
+                                         int sender, const char *what)
+{
+    std::vector<uint64_t> h(words);
+    BENCH_CHECK_CUDA(cudaMemcpy(h.data(), mem + dst, words * 8, cudaMemcpyDeviceToHost));
+    for (size_t w = 0; w < words; w++) {
+        uint64_t want = 0;
+        for (int k = 7; k >= 0; k--) want = want << 8 | bench_byte(sender, (w % 1024) * 8 + k);
+        if (h[w] != want) {
+            fprintf(stderr, "FAIL %s %s: word %zu of %zu did not arrive (0x%016llx, expected 0x%016llx)\n",
+                    impl, what, w, words, (unsigned long long)h[w], (unsigned long long)want);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Launches of a message-rate row (the first one dropped): a launch takes about 60 us on an H200, and the
+ * median of the 3 timed launches this used to take moved the row by 2-3 % from one run to the next. */
+#define BENCH_RATE_REPS 16
+
 /* Times reps launches with CUDA events; the first one warms up and is dropped. Sorted milliseconds. */
 template <class Launch> static std::vector<float> bench_time_ms(int reps, Launch launch)
 {

@@ -18,10 +18,11 @@
 /* The kernel bodies three times: here with the p2p device half alone (GPU code's default; the host pass,
  * which CPU mode runs, has every half), in dion_perf_proxy.cu with the proxy's too, and in dion_perf_gdaki.cu
  * with gdaki's. */
-#define PERF_NS          perf_p2p
-#define PERF_BLOCK_MAX   1024
-#define PERF_RATE_MAX    1024
-#define PERF_CPU_ENTRIES 1
+#define PERF_NS              perf_p2p
+#define PERF_BLOCK_MAX       1024
+#define PERF_RATE_MAX        1024
+#define PERF_MSGRATE_THREADS 256
+#define PERF_CPU_ENTRIES     1
 #include "dion_perf_kernels.cuh"
 
 namespace perf_proxy
@@ -29,12 +30,14 @@ namespace perf_proxy
 cudaError_t gpu_launch(int op, unsigned grid, unsigned threads, const perf_args_t &a);
 unsigned block_max(void);
 unsigned rate_max(void);
+unsigned msgrate_threads(void);
 } // namespace perf_proxy
 namespace perf_gdaki
 {
 cudaError_t gpu_launch(int op, unsigned grid, unsigned threads, const perf_args_t &a);
 unsigned block_max(void);
 unsigned rate_max(void);
+unsigned msgrate_threads(void);
 } // namespace perf_gdaki
 
 /* ---- host side ---- */
@@ -828,7 +831,10 @@ int main(int argc, char **argv)
         const unsigned grids[3] = {1, cpu_ ? 2u : 8u, cpu_ ? 4u : (unsigned)nsm * (kset_ != KS_P2P ? 1 : 2)};
         const char *names[3] = {"put8_msgrate_1sm", "put8_msgrate_8sm", "put8_msgrate_allsm"};
         for (int k = 0; k < 3; k++) {
-            unsigned threads = cpu_ ? 4 : kset_ != KS_P2P ? 64 : 256;
+            unsigned threads = cpu_                ? 4
+                               : kset_ == KS_GDAKI ? perf_gdaki::msgrate_threads()
+                               : kset_ == KS_PROXY ? perf_proxy::msgrate_threads()
+                                                   : perf_p2p::msgrate_threads();
             a.per_thread = cpu_ ? 64 : 256;
             if (kset_ != KS_P2P)
                 a.per_thread = (int)std::min(256u, std::max(4u, 16384u / (grids[k] * threads)));

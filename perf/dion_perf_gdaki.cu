@@ -9,4 +9,5 @@
 #define PERF_NS              perf_gdaki
 #define PERF_BLOCK_MAX       1024
 #define PERF_RATE_MAX        64
+#define PERF_MSGRATE_THREADS 64
 #include "dion_perf_kernels.cuh"

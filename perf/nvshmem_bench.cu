@@ -6,6 +6,7 @@
 #include <nvshmemx.h>
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "bench_common.h"
@@ -119,6 +120,7 @@ int main(int argc, char **argv)
     cudaGetDeviceProperties(&prop, dev_id);
     int want_bw = bench_wants(&o, "put_bw");
     size_t buf_bytes = want_bw ? 2 * (size_t)o.bw_bytes : (64ull << 20);
+    if (buf_bytes < (64ull << 20)) buf_bytes = 64ull << 20; /* the message rate lands at 8-12 MiB */
     char *buf = (char *)nvshmem_malloc(buf_bytes);
     uint64_t *sig = (uint64_t *)nvshmem_calloc(8, sizeof(uint64_t));
     if (!buf || !sig) {
@@ -197,17 +199,28 @@ int main(int argc, char **argv)
             }
     }
 
-    if (bench_wants(&o, "msgrate")) {
+    if (bench_wants(&o, "msgrate")) { /* as p2p_bench's row: fresh sources, an empty area, checked */
         int blocks = prop.multiProcessorCount * 2, threads = 256, per = 256;
+        const size_t region = 4u << 20;
+        bench_fill<<<prop.multiProcessorCount, 512>>>(buf, 8192, rank);
+        BENCH_CHECK_LAUNCH("bench_fill");
+        BENCH_CHECK_CUDA(cudaMemset(buf + PP_DST, 0, region));
+        BENCH_CHECK_CUDA(cudaDeviceSynchronize());
         nvshmem_barrier_all();
-        if (rank == 0) {
-            std::vector<float> ms =
-                bench_time_ms(4, [&] { msgrate<<<blocks, threads>>>(buf, per, 4u << 20); });
+        std::vector<float> ms;
+        if (rank == 0)
+            ms = bench_time_ms(BENCH_RATE_REPS, [&] { msgrate<<<blocks, threads>>>(buf, per, region); });
+        nvshmem_barrier_all();
+        int bad =
+            rank == 1 ? bench_check_rate_words("nvshmem", buf, PP_DST, region / 8, 0, "put8_msgrate") : 0;
+        std::vector<int> bads(n);
+        if (dion_comm_allgather(comm, &bad, sizeof bad, bads.data()) != DION_SUCCESS) bads.assign(n, 1);
+        failures += bad;
+        if (rank == 0 && !std::accumulate(bads.begin(), bads.end(), 0)) {
             double ops = (double)blocks * threads * per;
             bench_row(&o, "nvshmem", "put8_msgrate", "thread", 8, "Mops_median",
                       ops / (ms[ms.size() / 2] * 1e-3) / 1e6);
         }
-        nvshmem_barrier_all();
     }
     if (rank == 0 || failures) printf("# nvshmem: %d data errors on rank %d\n", failures, rank);
     cudaFree(out);

@@ -7,6 +7,7 @@
  * with 1024, 256 and 64 threads a block, to tell a harness's cost from the library's. "signal" (or
  * "signal_ab" alone) also times the raw relaxed flag and DION's relaxed signal interleaved in one launch. */
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "bench_common.h"
@@ -673,15 +674,28 @@ int main(int argc, char **argv)
     /* ---- message rate ---- */
     if (bench_wants(&o, "msgrate")) {
         int blocks = prop.multiProcessorCount * 2, threads = 256, per = 256;
+        const size_t region = 4u << 20;
+        /* fresh sources and an empty landing area: the check after the launches sees this row's puts */
+        bench_fill<<<prop.multiProcessorCount, 512>>>(base + PP_SRC, 8192, rank_);
+        BENCH_CHECK_LAUNCH("bench_fill");
+        BENCH_CHECK_CUDA(cudaMemset(base + PP_DST, 0, region));
+        BENCH_CHECK_CUDA(cudaDeviceSynchronize());
         OK(dion_comm_barrier(comm));
-        if (rank_ == 0) {
-            std::vector<float> ms =
-                bench_time_ms(4, [&] { msgrate<<<blocks, threads>>>(dev, dwin, per, 4u << 20); });
+        std::vector<float> ms;
+        if (rank_ == 0)
+            ms =
+                bench_time_ms(BENCH_RATE_REPS, [&] { msgrate<<<blocks, threads>>>(dev, dwin, per, region); });
+        OK(dion_comm_barrier(comm));
+        int bad =
+            rank_ == 1 ? bench_check_rate_words("dion", base, PP_DST, region / 8, 0, "put8_msgrate") : 0;
+        std::vector<int> bads(nranks_);
+        OK(dion_comm_allgather(comm, &bad, sizeof bad, bads.data()));
+        failures += bad;
+        if (rank_ == 0 && !std::accumulate(bads.begin(), bads.end(), 0)) {
             double ops = (double)blocks * threads * per;
             bench_row(&o, "dion", "put8_msgrate", "thread", 8, "Mops_median",
                       ops / (ms[ms.size() / 2] * 1e-3) / 1e6);
         }
-        OK(dion_comm_barrier(comm));
     }
 
     int all_fail = 0;
