@@ -29,14 +29,12 @@ namespace perf_proxy
 {
 cudaError_t gpu_launch(int op, unsigned grid, unsigned threads, const perf_args_t &a);
 unsigned block_max(void);
-unsigned rate_max(void);
 unsigned msgrate_threads(void);
 } // namespace perf_proxy
 namespace perf_gdaki
 {
 cudaError_t gpu_launch(int op, unsigned grid, unsigned threads, const perf_args_t &a);
 unsigned block_max(void);
-unsigned rate_max(void);
 unsigned msgrate_threads(void);
 } // namespace perf_gdaki
 

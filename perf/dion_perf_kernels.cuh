@@ -395,15 +395,10 @@ cudaError_t gpu_launch(int op, unsigned grid, unsigned threads, const perf_args_
     return cudaGetLastError();
 }
 
-/* The largest block the block rows' kernels take, and put_bw's and msgrate's. */
+/* The largest block the block rows' kernels take. */
 unsigned block_max(void)
 {
     return PERF_BLOCK_MAX;
-}
-
-unsigned rate_max(void)
-{
-    return PERF_RATE_MAX;
 }
 
 /* The message rate's block (its kernel's launch bound). */
