@@ -197,8 +197,8 @@ static inline int bench_check_rate_words(const char *impl, const char *mem, size
     return 0;
 }
 
-/* Launches of a message-rate row (the first one dropped): a launch takes about 60 us on an H200, and the
- * median of the 3 timed launches this used to take moved the row by 2-3 % from one run to the next. */
+/* Launches of a message-rate row (the first one dropped): a launch takes about 60 us on an H200, so 15 timed
+ * ones cost a millisecond, and their median is not set by one slow launch as the median of 3 could be. */
 #define BENCH_RATE_REPS 16
 
 /* Times reps launches with CUDA events; the first one warms up and is dropped. Sorted milliseconds. */

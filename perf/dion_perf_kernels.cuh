@@ -271,8 +271,9 @@ static PERF_HD void perf_bw(const perf_args_t a)
 static PERF_HD void perf_msgrate(const perf_args_t a)
 {
     dion_ctx_t c = PERF_BLOCK_CTX(a.dev);
-    /* locals, as put_signal's: with the struct's fields at each call ptxas ran the window test and the peer's
-     * base pick in every put (131 k against p2p_bench's 276 k Mops on one H200, 2026-12-02) */
+    /* locals, and a launch bound equal to the launch (perf_max_threads): with either alone ptxas ran the
+     * window test and the peer's base pick in every put (131 k against p2p_bench's 276 k Mops on one H200,
+     * 2026-12-02) */
     const dion_dwin_t win = a.win;
     const int peer = a.peer, per = a.per_thread;
     const size_t dst = a.dst, nt = a.nthreads, words = (size_t)a.msg_words;
@@ -339,7 +340,7 @@ template <int op> static PERF_HD void perf_body(const perf_args_t a)
 /* Launch bounds, matching the launches: the block rows' kernels take up to PERF_BLOCK_MAX threads, put_bw's
  * up to PERF_RATE_MAX, msgrate's exactly PERF_MSGRATE_THREADS, the others at most a warp (so they get
  * registers as p2p_bench's do). Under p2p's former msgrate bound of 1024 threads (64 registers) ptxas kept
- * the window test and the peer's base pick inside the put loop: 131 k Mops against 276 k with 256. */
+ * the window test and the peer's base pick inside the put loop, locals or not: 131 k Mops against 276 k. */
 template <int op> struct perf_max_threads {
     enum {
         value = op == T_PS_BLOCK || op == T_PQ_BLOCK || op == T_GET_BLOCK || op == T_PKT_BLOCK
