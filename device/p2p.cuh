@@ -62,9 +62,10 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
  * with 1024 threads (64 registers) it cannot hold them all and keeps some on the stack (perf/p2p_bench.cu
  * pingpong<3>: 136 bytes, ab_bench's DION block sends: 120-128), and the wait's acquire (CCTL.IVALL on sm_90)
  * has just dropped the L1, so each reload before the copy is an L2 round trip. 1: every block copy's two
- * bases pass through an empty asm, so that what each thread derives from them is computed in the call, and a
- * block's general copy reads the tables as the thread and warp general copies do (DION__LK_GENERAL): those
- * kernels keep nothing on the stack, and block put_signal got 0.09-0.23 us faster on one H200, but block put
+ * bases pass through an empty asm, so that what each thread derives from them is computed in the call (a
+ * block's general copy reads the tables in every build since 2026-12-02, DION__LK_GENERAL; before, only
+ * these variants did): those kernels keep nothing on the stack, and block put_signal got 0.09-0.23 us faster
+ * on one H200, but block put
  * + quiet 0.3-0.53 us slower (the asm holds the bases in vector registers, so the compiler reselects them in
  * every round instead of keeping them in uniform ones). 2: the same for put_signal's copy alone, so put +
  * quiet keeps the default's code (it got 0.04 us faster). But either gives dion-perf's block put_signal

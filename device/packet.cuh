@@ -257,10 +257,12 @@ DION_HD int dion__pkt_lean(const dion_ctx_t *c)
 #define DION__PKT_FAST8 1
 #endif
 
-/* The shape of that case's poll loop (perf/CMakeLists.txt p2p_bench_pk3old): 1 (default) both addresses
- * are pinned in registers before the first poll and a hit stores the payload from inside the loop and returns
- * (the poll that sees the message is followed by the store and nothing else of the wait's); 0 the loop of
- * pkt2, whose exit tests the flag again and builds the destination after the hit. */
+/* The shape of that case's poll loop (perf/CMakeLists.txt p2p_bench_pk3old, pkh2): 1 (default) both
+ * addresses are pinned in registers before the first poll and a hit stores the payload from inside the loop
+ * and returns (the poll that sees the message is followed by the store and nothing else of the wait's); 2 the
+ * same in one loop instead of two nested ones (a miss counts its polls and tests for the rare round itself),
+ * so that the hit leaves by one branch with no convergence region to break out of; 0 the loop of pkt2, whose
+ * exit tests the flag again and builds the destination after the hit. */
 #ifndef DION__PKT_HIT
 #define DION__PKT_HIT 1
 #endif
@@ -762,6 +764,24 @@ DION_HD dion_status_t dion__pkt_wait8(const dion_ctx_t *c, dion_dwin_t win, size
     uint32_t polls = 0;
     /* else the compiler builds the destination from the parameter bank after the hit */
     asm volatile("" : "+l"(to), "+l"(q));
+#if DION__PKT_HIT == 2
+    /* one loop: the hit is the expected way on (the store and the return), a miss counts and goes round */
+    for (;;) {
+        dion__pkt_load(q, &w0, &w1, scope);
+        if (__builtin_expect(dion__pkt_whole(w0, w1, seq), 1)) {
+            *to = (w1 << 32) | (uint32_t)w0;
+            return DION_SUCCESS;
+        }
+        polls++;
+        if (__builtin_expect(((polls & 127) == 0) | (polls >= 4096), 0)) {
+            dion_status_t st = dion__pkt_rare(d, scope, polls, &start);
+            if (st != DION_SUCCESS) {
+                uint32_t seen = (uint32_t)(w0 >> 32) != seq ? (uint32_t)(w0 >> 32) : (uint32_t)(w1 >> 32);
+                return dion__pkt_wait_end(c, DION__THREAD, win, off, DION_PACKET_PAYLOAD, seq, st, seen);
+            }
+        }
+    }
+#else
     for (;;) {
         uint32_t k = DION__PKT_ROUND(polls);
         polls += k;
@@ -778,6 +798,7 @@ DION_HD dion_status_t dion__pkt_wait8(const dion_ctx_t *c, dion_dwin_t win, size
             return dion__pkt_wait_end(c, DION__THREAD, win, off, DION_PACKET_PAYLOAD, seq, st, seen);
         }
     }
+#endif
 }
 #endif
 

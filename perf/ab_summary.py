@@ -97,7 +97,10 @@ def main():
               ("ref_flag_relaxed_libwait", 0, "ref_flag_relaxed", "raw store + dion_wait / raw relaxed flag"),
               ("ref_flag_relaxed_libsignal", 0, "ref_flag_relaxed", "dion_signal relaxed + raw wait / raw relaxed flag"),
               # the same goal with both in one launch (p2p_bench's signal_ab): no launch-to-launch spread
-              ("signal_ab_relaxed", 0, "signal_ab_raw_relaxed", "relaxed signal / raw relaxed flag, one launch")]
+              ("signal_ab_relaxed", 0, "signal_ab_raw_relaxed", "relaxed signal / raw relaxed flag, one launch"),
+              # goal 3 in one launch (p2p_bench's packet_ab): against the goal's floor and a packet by hand
+              ("packet_ab_dion", 8, "packet_ab_raw_put_flag", "packet 8 B / raw unordered put8 + flag, one launch"),
+              ("packet_ab_dion", 8, "packet_ab_by_hand", "packet 8 B / packet by hand, one launch")]
     print("\n== 1b. ratios to the same run's hand-written floor (mean of rounds), per variant")
     print(f"{'where':12} {'ratio':52} " + " ".join(f"{v:>8}" for v in variants))
     for w in sorted({k[0] for k in ab}):

@@ -5,7 +5,8 @@
  * DION calls and some of them do not order data before flags ("refpp": its ping-pongs without the copy).
  * "completion_split" (not run by default) times put + quiet with each piece that dion-perf's round adds, and
  * with 1024, 256 and 64 threads a block, to tell a harness's cost from the library's. "signal" (or
- * "signal_ab" alone) also times the raw relaxed flag and DION's relaxed signal interleaved in one launch. */
+ * "signal_ab" alone) also times the raw relaxed flag and DION's relaxed signal interleaved in one launch, and
+ * "packet" (or "packet_ab" alone) the raw unordered put + flag, a packet by hand and DION's packet. */
 #include <algorithm>
 #include <numeric>
 #include <vector>
@@ -301,6 +302,67 @@ __global__ void __launch_bounds__(1, 1)
     if (initiator) out[0] = spent_raw, out[2] = spent_lib;
 }
 
+/* Goal 3 in one launch, as signal_ab for goal 2: chunks of `chunk` rounds of an 8-byte ping-pong rotate
+ * between the goal's named floor (the raw unordered put: an 8-byte store of the payload, then a relaxed flag
+ * on signal 0, mode 0), a packet by hand (the payload and its sequence in one 16-byte relaxed store; the
+ * receiver polls the unit and stores the payload, mode 1) and dion_put_packet / dion_wait_packet (mode 2).
+ * Every mode takes its payload from the window at PP_SRC and lands it at PP_DST; the packets go through the
+ * same unit at PP_PKT. The hand-written modes get their addresses as parameters, computed once. The first
+ * three chunks are warm-up. out[0] / out[2] / out[3]: the modes' time on rank 0; out[1]: a failed wait. */
+__global__ void __launch_bounds__(1, 1)
+    packet_ab(dion_dev_t dev, dion_dwin_t win, int chunks, int chunk, uint64_t base, unsigned long long *out,
+              char *mine, char *theirs)
+{
+    dion_ctx_t c = dion_ctx(dev, 0);
+    const int me = dev.rank, peer = me ^ 1, initiator = me == 0;
+    const uint32_t scope = dion__dev_scope(&dev), pscope = dion__peer_scope(&dev, peer) | scope;
+    uint64_t *mysig = dev.signals, *peersig = dion__peer_signals(&dev, peer);
+    uint64_t v = base, spent_raw = 0, spent_hand = 0, spent_lib = 0; /* scalars: an array would be stack */
+    for (int k = 0; k < chunks; k++) {
+        const int mode = k % 3;
+        const uint64_t t0 = bench_now_ns();
+        for (int i = 0; i < chunk; i++) {
+            v++;
+            const uint32_t seq = (uint32_t)v; /* the host keeps v below 2^32 */
+            for (int half = 0; half < 2; half++) {
+                if ((half == 0) == initiator) {
+                    const uint64_t x = *(const uint64_t *)(mine + PP_SRC);
+                    if (mode == 0) {
+                        *(uint64_t *)(theirs + PP_DST) = x;
+                        dion__st_relaxed(peersig, v, scope);
+                    } else if (mode == 1) {
+                        const uint64_t flag = (uint64_t)seq << 32;
+                        dion__pkt_store((uint64_t *)(theirs + PP_PKT), flag | (uint32_t)x, flag | (x >> 32),
+                                        pscope);
+                    } else {
+                        dion_put_packet(c, win, peer, PP_PKT, mine + PP_SRC, 8, seq);
+                    }
+                } else if (mode == 0) {
+                    while (dion__ld_relaxed(mysig, scope) != v) {
+                    }
+                } else if (mode == 1) {
+                    uint64_t w0, w1;
+                    do {
+                        dion__pkt_load((const uint64_t *)(mine + PP_PKT), &w0, &w1, scope);
+                    } while (!dion__pkt_whole(w0, w1, seq));
+                    *(uint64_t *)(mine + PP_DST) = (w1 << 32) | (uint32_t)w0;
+                } else if (dion_wait_packet(c, win, PP_PKT, mine + PP_DST, 8, seq) != DION_SUCCESS) {
+                    out[1] = 1;
+                    return; /* the host sees the error record too */
+                }
+            }
+        }
+        const uint64_t dt = k >= 3 ? bench_now_ns() - t0 : 0;
+        if (mode == 0)
+            spent_raw += dt;
+        else if (mode == 1)
+            spent_hand += dt;
+        else
+            spent_lib += dt;
+    }
+    if (initiator) out[0] = spent_raw, out[2] = spent_hand, out[3] = spent_lib;
+}
+
 /* Put bandwidth: the blocks split total bytes into chunks, each a dion_put_block; then each block quiets.
  * Launched with 512 threads: the bound keeps it within 128 registers, which builds with deeper copies
  * (DION__COPY_UNROLL 8 or 16: 160-240 unbounded) would exceed, and then fail to launch. */
@@ -547,6 +609,39 @@ int main(int argc, char **argv)
                       (double)r[0] / rounds / 2 / 1000);
             bench_row(&o, "dion", "signal_ab_relaxed", "thread", 0, "oneway_us",
                       (double)r[2] / rounds / 2 / 1000);
+        }
+    }
+
+    /* goal 3 in one launch (packet_ab above): the raw unordered put + flag, a packet by hand and DION's
+     * packet interleaved, 100 rounds at a time; then the payload the last round landed is checked */
+    if (bench_wants(&o, "packet") || bench_wants(&o, "packet_ab")) {
+        const int chunk = 100, per_mode = (o.iters + chunk - 1) / chunk, chunks = 3 + 3 * per_mode;
+        OK(dion_comm_barrier(comm));
+        BENCH_CHECK_CUDA(cudaMemset(base + PP_DST, 0, 8));
+        BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
+        OK(dion_comm_barrier(comm));
+        if (active) {
+            packet_ab<<<1, 1>>>(dev, dwin, chunks, chunk, base_value, out, base, peer_base_of(dwin, peer));
+            BENCH_CHECK_LAUNCH("packet_ab");
+            BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+        }
+        base_value += (uint64_t)chunks * chunk;
+        unsigned long long r[4];
+        BENCH_CHECK_CUDA(cudaMemcpy(r, out, sizeof r, cudaMemcpyDeviceToHost));
+        if (r[1] || dion_dev_check(comm, &dev) != DION_SUCCESS) {
+            fprintf(stderr, "FAIL rank %d: packet_ab: %s\n", rank_, dion_last_error());
+            failures++;
+        } else {
+            if (active) failures += bench_check_landed("dion", base, PP_DST, PP_SRC, 8, peer, "packet_ab");
+            if (rank_ == 0) {
+                const double rounds = (double)per_mode * chunk;
+                static const char *const names[3] = {"packet_ab_raw_put_flag", "packet_ab_by_hand",
+                                                     "packet_ab_dion"};
+                static const int slot[3] = {0, 2, 3};
+                for (int m = 0; m < 3; m++)
+                    bench_row(&o, "dion", names[m], "thread", 8, "oneway_us",
+                              (double)r[slot[m]] / rounds / 2 / 1000);
+            }
         }
     }
 

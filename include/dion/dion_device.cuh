@@ -733,10 +733,19 @@ DION_HD int dion__fast_rma(const dion_ctx_t *c, int peer, dion_dwin_t a, dion_dw
            dion__win_in_slot(&c->dev, a) && dion__win_in_slot(&c->dev, b);
 }
 
-/* The lookups of an RMA call's general copy. A block's general copy keeps the selection it had before block
- * calls had a fast path (inline entries with table fallbacks, and the table in warps 4 and up:
- * DION__BLOCK_BASES), as the block variants without DION__BLOCK_FAST do. */
-#if DION__BLOCK_NOSPILL /* device/p2p.cuh: a block's general copy reads the tables too */
+/* The lookups of an RMA call's general copy: the tables, one load each, for every group (DION__LK_SLOW). The
+ * general copy runs only where the fast path does not (DION_CHECK, statistics or trace on, a peer or window
+ * without an inline entry), but it is compiled into every kernel beside the fast one. A block's general copy
+ * used to keep the inline selections with table fallbacks (DION__LK_ANY, the selection from before block
+ * calls had a fast path); in a 1024-thread kernel, capped at 64 registers, those selections' registers pushed
+ * the fast path's values onto the stack (p2p_bench pingpong<3>: 136 bytes, 48 with the tables; ab_bench's
+ * DION block send 128 -> 48; dion-perf's block put_signal 128 -> 48, its block put + quiet 40 -> 0;
+ * nvcc 13.0, sm_90). A build may set DION__BLOCK_GENERAL_ANY=1 for the previous lookups (perf/CMakeLists.txt
+ * p2p_bench_bgany, dion-perf-bgany). */
+#ifndef DION__BLOCK_GENERAL_ANY
+#define DION__BLOCK_GENERAL_ANY 0
+#endif
+#if DION__BLOCK_NOSPILL || !DION__BLOCK_GENERAL_ANY
 #define DION__LK_GENERAL(g) DION__LK_SLOW
 #else
 #define DION__LK_GENERAL(g) ((g) == DION__BLOCK ? DION__LK_ANY : DION__LK_SLOW)
