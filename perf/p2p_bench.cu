@@ -480,6 +480,29 @@ static int rank_;
         }                                                                                                    \
     } while (0)
 
+/* One launch of an in-launch A/B kernel (signal_ab, packet_ab): the ranks meet with out cleared, ranks 0 and
+ * 1 launch it, and its first nr words of out come back in r. 1 when the kernel (r[1]) or the handle's error
+ * ring reports a failure, which is printed. */
+template <typename Launch>
+static int run_ab_launch(const dion_dev_t *dev, unsigned long long *out, int active, const char *name,
+                         Launch launch, unsigned long long *r, size_t nr)
+{
+    OK(dion_comm_barrier(comm));
+    BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
+    OK(dion_comm_barrier(comm));
+    if (active) {
+        launch();
+        BENCH_CHECK_LAUNCH(name);
+        BENCH_CHECK_CUDA(cudaDeviceSynchronize());
+    }
+    BENCH_CHECK_CUDA(cudaMemcpy(r, out, nr * sizeof *r, cudaMemcpyDeviceToHost));
+    if (r[1] || dion_dev_check(comm, dev) != DION_SUCCESS) {
+        fprintf(stderr, "FAIL rank %d: %s: %s\n", rank_, name, dion_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bench_opts_t o;
@@ -589,21 +612,13 @@ int main(int argc, char **argv)
      * interleaved, 100 rounds at a time */
     if (bench_wants(&o, "signal") || bench_wants(&o, "signal_ab")) {
         const int chunk = 100, per_mode = (o.iters + chunk - 1) / chunk, chunks = 2 + 2 * per_mode;
-        OK(dion_comm_barrier(comm));
-        BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
-        OK(dion_comm_barrier(comm));
-        if (active) {
-            signal_ab<<<1, 1>>>(dev, chunks, chunk, base_value, out);
-            BENCH_CHECK_LAUNCH("signal_ab");
-            BENCH_CHECK_CUDA(cudaDeviceSynchronize());
-        }
-        base_value += (uint64_t)chunks * chunk;
         unsigned long long r[3];
-        BENCH_CHECK_CUDA(cudaMemcpy(r, out, sizeof r, cudaMemcpyDeviceToHost));
-        if (r[1] || dion_dev_check(comm, &dev) != DION_SUCCESS) {
-            fprintf(stderr, "FAIL rank %d: signal_ab: %s\n", rank_, dion_last_error());
-            failures++;
-        } else if (rank_ == 0) {
+        const int failed = run_ab_launch(
+            &dev, out, active, "signal_ab", [&] { signal_ab<<<1, 1>>>(dev, chunks, chunk, base_value, out); },
+            r, 3);
+        base_value += (uint64_t)chunks * chunk;
+        failures += failed;
+        if (!failed && rank_ == 0) {
             const double rounds = (double)per_mode * chunk;
             bench_row(&o, "dion", "signal_ab_raw_relaxed", "thread", 0, "oneway_us",
                       (double)r[0] / rounds / 2 / 1000);
@@ -616,22 +631,18 @@ int main(int argc, char **argv)
      * packet interleaved, 100 rounds at a time; then the payload the last round landed is checked */
     if (bench_wants(&o, "packet") || bench_wants(&o, "packet_ab")) {
         const int chunk = 100, per_mode = (o.iters + chunk - 1) / chunk, chunks = 3 + 3 * per_mode;
-        OK(dion_comm_barrier(comm));
-        BENCH_CHECK_CUDA(cudaMemset(base + PP_DST, 0, 8));
-        BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
-        OK(dion_comm_barrier(comm));
-        if (active) {
-            packet_ab<<<1, 1>>>(dev, dwin, chunks, chunk, base_value, out, base, peer_base_of(dwin, peer));
-            BENCH_CHECK_LAUNCH("packet_ab");
-            BENCH_CHECK_CUDA(cudaDeviceSynchronize());
-        }
-        base_value += (uint64_t)chunks * chunk;
         unsigned long long r[4];
-        BENCH_CHECK_CUDA(cudaMemcpy(r, out, sizeof r, cudaMemcpyDeviceToHost));
-        if (r[1] || dion_dev_check(comm, &dev) != DION_SUCCESS) {
-            fprintf(stderr, "FAIL rank %d: packet_ab: %s\n", rank_, dion_last_error());
-            failures++;
-        } else {
+        BENCH_CHECK_CUDA(cudaMemset(base + PP_DST, 0, 8)); /* before the ranks meet: nothing lands yet */
+        const int failed = run_ab_launch(
+            &dev, out, active, "packet_ab",
+            [&] {
+                char *theirs = peer_base_of(dwin, peer); /* ranks 0 and 1 only: the others have no peer */
+                packet_ab<<<1, 1>>>(dev, dwin, chunks, chunk, base_value, out, base, theirs);
+            },
+            r, 4);
+        base_value += (uint64_t)chunks * chunk;
+        failures += failed;
+        if (!failed) {
             if (active) failures += bench_check_landed("dion", base, PP_DST, PP_SRC, 8, peer, "packet_ab");
             if (rank_ == 0) {
                 const double rounds = (double)per_mode * chunk;
