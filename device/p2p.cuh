@@ -60,18 +60,18 @@ DION_HD uint32_t dion__p2p_scope(const dion_ctx_t *c, int peer, dion_dwin_t w)
  * loops over a block put_signal and a wait, the compiler hoists the fast path's bases, the addresses each
  * thread derives from them for every element width and the general copy's inline selections out of the loop;
  * with 1024 threads (64 registers) it cannot hold them all and keeps some on the stack (perf/p2p_bench.cu
- * pingpong<3>: 136 bytes, ab_bench's DION block sends: 120-128), and the wait's acquire (CCTL.IVALL on sm_90)
- * has just dropped the L1, so each reload before the copy is an L2 round trip. 1: every block copy's two
- * bases pass through an empty asm, so that what each thread derives from them is computed in the call (a
- * block's general copy reads the tables in every build since 2026-12-02, DION__LK_GENERAL; before, only
- * these variants did): those kernels keep nothing on the stack, and block put_signal got 0.09-0.23 us faster
- * on one H200, but block put
- * + quiet 0.3-0.53 us slower (the asm holds the bases in vector registers, so the compiler reselects them in
- * every round instead of keeping them in uniform ones). 2: the same for put_signal's copy alone, so put +
- * quiet keeps the default's code (it got 0.04 us faster). But either gives dion-perf's block put_signal
- * kernel, which keeps nothing on the stack by default, 24 bytes of its own loop state, and that row 1.2 us
- * more per round (2026-12-01 22:13 and 22:28; nvcc 13.0, sm_90; docs/results/2026-12-01-h200-s5): what a
- * kernel reloads after its wait depends on the whole kernel, so neither is the default. */
+ * pingpong<3>: 136 bytes, ab_bench's DION block sends: 120-128; 48 each since 2026-12-02), and the wait's
+ * acquire (CCTL.IVALL on sm_90) has just dropped the L1, so each reload before the copy is an L2 round trip.
+ * 1: every block copy's two bases pass through an empty asm, so that what each thread derives from them is
+ * computed in the call (a block's general copy reads the tables in every build since 2026-12-02,
+ * DION__LK_GENERAL; before, only these variants did): those kernels keep nothing on the stack, and block
+ * put_signal got 0.09-0.23 us faster on one H200, but block put + quiet 0.3-0.53 us slower (the asm holds the
+ * bases in vector registers, so the compiler reselects them in every round instead of keeping them in uniform
+ * ones). 2: the same for put_signal's copy alone, so put + quiet keeps the default's code (it got 0.04 us
+ * faster). But either gives dion-perf's block put_signal kernel, which keeps nothing on the stack by default,
+ * 24 bytes of its own loop state, and that row 1.2 us more per round (2026-12-01 22:13 and 22:28; nvcc 13.0,
+ * sm_90; docs/results/2026-12-01-h200-s5): what a kernel reloads after its wait depends on the whole kernel,
+ * so neither is the default. */
 #ifndef DION__BLOCK_NOSPILL
 #define DION__BLOCK_NOSPILL 0
 #endif
