@@ -262,7 +262,55 @@ static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win
  * both halves run in the same launch. It removes the launch-to-launch part, not all of it: on the first GPU
  * the ratio was 1.04-1.065 in 11 launches, on the second 1.12-1.30 in 30, where the raw half still varied
  * (0.265-0.305 us) and DION's did not (0.341-0.345; docs/results/2026-12-02-h200-s7). The first two chunks
- * are warm-up. out[0] / out[2]: the raw / DION chunks' time on rank 0; out[1]: a failed wait. */
+ * are warm-up. out[0] / out[2]: the raw / DION chunks' time on rank 0; out[1]: a failed wait.
+ * split 0 (the rows signal_ab_*): every round tests which mode it runs, and ptxas gives one mode the
+ * fall-through on the turnaround (sm_90, nvcc 13.0: the raw one, on the send and on the wait's exit; a taken
+ * branch there costs about 22 cycles, docs/results/2026-12-02-h200-s9). split 1 (signal_ab_split_*): each
+ * mode's rounds are a loop of their own, entered once per chunk, with the round written out (send then wait,
+ * or wait then send) as a kernel of one mode would have it; ptxas then compiles each loop on its own, and
+ * the raw one, being small, more tightly. */
+template <int mode> /* 0 raw, 1 DION, -1 the run-time lib */
+static __device__ __forceinline__ int signal_ab_rounds(dion_ctx_t c, int lib, int peer, int initiator,
+                                                       uint32_t scope, uint64_t *mysig, uint64_t *peersig,
+                                                       uint64_t *v, int chunk)
+{
+    const int dion_mode = mode < 0 ? lib : mode;
+    auto send = [&] {
+        if (dion_mode)
+            dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, *v);
+        else
+            dion__st_relaxed(peersig, *v, scope);
+    };
+    auto wait = [&] {
+        if (dion_mode) return dion_wait(c, 0, DION_CMP_EQ, *v, NULL) != DION_SUCCESS;
+        while (dion__ld_relaxed(mysig, scope) != *v) {
+        }
+        return false;
+    };
+    for (int i = 0; i < chunk; i++) {
+        ++*v;
+        if (mode >= 0) { /* split: the round written out, as a kernel of one mode would be */
+            bool failed;
+            if (initiator) {
+                send();
+                failed = wait();
+            } else if (!(failed = wait())) {
+                send();
+            }
+            if (failed) return 1; /* the host sees the error record too */
+            continue;
+        }
+        for (int half = 0; half < 2; half++) {
+            if ((half == 0) == initiator)
+                send();
+            else if (wait())
+                return 1; /* the host sees the error record too */
+        }
+    }
+    return 0;
+}
+
+template <int split>
 __global__ void __launch_bounds__(1, 1)
     signal_ab(dion_dev_t dev, int chunks, int chunk, uint64_t base, unsigned long long *out)
 {
@@ -274,24 +322,16 @@ __global__ void __launch_bounds__(1, 1)
     for (int k = 0; k < chunks; k++) {
         const int lib = k & 1;
         const uint64_t t0 = bench_now_ns();
-        for (int i = 0; i < chunk; i++) {
-            v++;
-            for (int half = 0; half < 2; half++) {
-                if ((half == 0) == initiator) {
-                    if (lib)
-                        dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, v);
-                    else
-                        dion__st_relaxed(peersig, v, scope);
-                } else if (lib) {
-                    if (dion_wait(c, 0, DION_CMP_EQ, v, NULL) != DION_SUCCESS) {
-                        out[1] = 1;
-                        return; /* the host sees the error record too */
-                    }
-                } else {
-                    while (dion__ld_relaxed(mysig, scope) != v) {
-                    }
-                }
-            }
+        int failed;
+        if (!split)
+            failed = signal_ab_rounds<-1>(c, lib, peer, initiator, scope, mysig, peersig, &v, chunk);
+        else if (lib)
+            failed = signal_ab_rounds<1>(c, lib, peer, initiator, scope, mysig, peersig, &v, chunk);
+        else
+            failed = signal_ab_rounds<0>(c, lib, peer, initiator, scope, mysig, peersig, &v, chunk);
+        if (failed) {
+            out[1] = 1;
+            return;
         }
         const uint64_t dt = k >= 2 ? bench_now_ns() - t0 : 0;
         if (lib)
@@ -308,7 +348,67 @@ __global__ void __launch_bounds__(1, 1)
  * receiver polls the unit and stores the payload, mode 1) and dion_put_packet / dion_wait_packet (mode 2).
  * Every mode takes its payload from the window at PP_SRC and lands it at PP_DST; the packets go through the
  * same unit at PP_PKT. The hand-written modes get their addresses as parameters, computed once. The first
- * three chunks are warm-up. out[0] / out[2] / out[3]: the modes' time on rank 0; out[1]: a failed wait. */
+ * three chunks are warm-up. out[0] / out[2] / out[3]: the modes' time on rank 0; out[1]: a failed wait.
+ * split: as in signal_ab. */
+template <int fixed> /* the mode, or -1 for the run-time one */
+static __device__ __forceinline__ int packet_ab_rounds(dion_ctx_t c, dion_dwin_t win, int run_mode, int peer,
+                                                       int initiator, uint32_t scope, uint32_t pscope,
+                                                       uint64_t *mysig, uint64_t *peersig, char *mine,
+                                                       char *theirs, uint64_t *v, int chunk)
+{
+    const int mode = fixed < 0 ? run_mode : fixed;
+    uint32_t seq = 0;
+    auto send = [&] {
+        const uint64_t x = *(const uint64_t *)(mine + PP_SRC);
+        if (mode == 0) {
+            *(uint64_t *)(theirs + PP_DST) = x;
+            dion__st_relaxed(peersig, *v, scope);
+        } else if (mode == 1) {
+            const uint64_t flag = (uint64_t)seq << 32;
+            dion__pkt_store((uint64_t *)(theirs + PP_PKT), flag | (uint32_t)x, flag | (x >> 32), pscope);
+        } else {
+            dion_put_packet(c, win, peer, PP_PKT, mine + PP_SRC, 8, seq);
+        }
+    };
+    auto wait = [&] {
+        if (mode == 0) {
+            while (dion__ld_relaxed(mysig, scope) != *v) {
+            }
+        } else if (mode == 1) {
+            uint64_t w0, w1;
+            do {
+                dion__pkt_load((const uint64_t *)(mine + PP_PKT), &w0, &w1, scope);
+            } while (!dion__pkt_whole(w0, w1, seq));
+            *(uint64_t *)(mine + PP_DST) = (w1 << 32) | (uint32_t)w0;
+        } else {
+            return dion_wait_packet(c, win, PP_PKT, mine + PP_DST, 8, seq) != DION_SUCCESS;
+        }
+        return false;
+    };
+    for (int i = 0; i < chunk; i++) {
+        seq = (uint32_t)++ * v; /* the host keeps v below 2^32 */
+        if (fixed >= 0) {       /* split: the round written out, as a kernel of one mode would be */
+            bool failed;
+            if (initiator) {
+                send();
+                failed = wait();
+            } else if (!(failed = wait())) {
+                send();
+            }
+            if (failed) return 1; /* the host sees the error record too */
+            continue;
+        }
+        for (int half = 0; half < 2; half++) {
+            if ((half == 0) == initiator)
+                send();
+            else if (wait())
+                return 1; /* the host sees the error record too */
+        }
+    }
+    return 0;
+}
+
+template <int split>
 __global__ void __launch_bounds__(1, 1)
     packet_ab(dion_dev_t dev, dion_dwin_t win, int chunks, int chunk, uint64_t base, unsigned long long *out,
               char *mine, char *theirs)
@@ -321,36 +421,16 @@ __global__ void __launch_bounds__(1, 1)
     for (int k = 0; k < chunks; k++) {
         const int mode = k % 3;
         const uint64_t t0 = bench_now_ns();
-        for (int i = 0; i < chunk; i++) {
-            v++;
-            const uint32_t seq = (uint32_t)v; /* the host keeps v below 2^32 */
-            for (int half = 0; half < 2; half++) {
-                if ((half == 0) == initiator) {
-                    const uint64_t x = *(const uint64_t *)(mine + PP_SRC);
-                    if (mode == 0) {
-                        *(uint64_t *)(theirs + PP_DST) = x;
-                        dion__st_relaxed(peersig, v, scope);
-                    } else if (mode == 1) {
-                        const uint64_t flag = (uint64_t)seq << 32;
-                        dion__pkt_store((uint64_t *)(theirs + PP_PKT), flag | (uint32_t)x, flag | (x >> 32),
-                                        pscope);
-                    } else {
-                        dion_put_packet(c, win, peer, PP_PKT, mine + PP_SRC, 8, seq);
-                    }
-                } else if (mode == 0) {
-                    while (dion__ld_relaxed(mysig, scope) != v) {
-                    }
-                } else if (mode == 1) {
-                    uint64_t w0, w1;
-                    do {
-                        dion__pkt_load((const uint64_t *)(mine + PP_PKT), &w0, &w1, scope);
-                    } while (!dion__pkt_whole(w0, w1, seq));
-                    *(uint64_t *)(mine + PP_DST) = (w1 << 32) | (uint32_t)w0;
-                } else if (dion_wait_packet(c, win, PP_PKT, mine + PP_DST, 8, seq) != DION_SUCCESS) {
-                    out[1] = 1;
-                    return; /* the host sees the error record too */
-                }
-            }
+#define PACKET_AB_ROUNDS(m)                                                                                  \
+    packet_ab_rounds<m>(c, win, mode, peer, initiator, scope, pscope, mysig, peersig, mine, theirs, &v, chunk)
+        const int failed = !split      ? PACKET_AB_ROUNDS(-1)
+                           : mode == 0 ? PACKET_AB_ROUNDS(0)
+                           : mode == 1 ? PACKET_AB_ROUNDS(1)
+                                       : PACKET_AB_ROUNDS(2);
+#undef PACKET_AB_ROUNDS
+        if (failed) {
+            out[1] = 1;
+            return;
         }
         const uint64_t dt = k >= 3 ? bench_now_ns() - t0 : 0;
         if (mode == 0)
@@ -609,48 +689,62 @@ int main(int argc, char **argv)
     }
 
     /* goal 2's ratio in one launch (signal_ab above): the raw relaxed flag and DION's relaxed signal
-     * interleaved, 100 rounds at a time */
+     * interleaved, 100 rounds at a time; both forms (the mode tested every round, then once per chunk) */
     if (bench_wants(&o, "signal") || bench_wants(&o, "signal_ab")) {
         const int chunk = 100, per_mode = (o.iters + chunk - 1) / chunk, chunks = 2 + 2 * per_mode;
-        unsigned long long r[3];
-        const int failed = run_ab_launch(
-            &dev, out, active, "signal_ab", [&] { signal_ab<<<1, 1>>>(dev, chunks, chunk, base_value, out); },
-            r, 3);
-        base_value += (uint64_t)chunks * chunk;
-        failures += failed;
-        if (!failed && rank_ == 0) {
-            const double rounds = (double)per_mode * chunk;
-            bench_row(&o, "dion", "signal_ab_raw_relaxed", "thread", 0, "oneway_us",
-                      (double)r[0] / rounds / 2 / 1000);
-            bench_row(&o, "dion", "signal_ab_relaxed", "thread", 0, "oneway_us",
-                      (double)r[2] / rounds / 2 / 1000);
+        for (int split = 0; split < 2; split++) {
+            unsigned long long r[3];
+            const int failed = run_ab_launch(
+                &dev, out, active, "signal_ab",
+                [&] {
+                    if (split)
+                        signal_ab<1><<<1, 1>>>(dev, chunks, chunk, base_value, out);
+                    else
+                        signal_ab<0><<<1, 1>>>(dev, chunks, chunk, base_value, out);
+                },
+                r, 3);
+            base_value += (uint64_t)chunks * chunk;
+            failures += failed;
+            if (!failed && rank_ == 0) {
+                const double rounds = (double)per_mode * chunk;
+                bench_row(&o, "dion", split ? "signal_ab_split_raw_relaxed" : "signal_ab_raw_relaxed",
+                          "thread", 0, "oneway_us", (double)r[0] / rounds / 2 / 1000);
+                bench_row(&o, "dion", split ? "signal_ab_split_relaxed" : "signal_ab_relaxed", "thread", 0,
+                          "oneway_us", (double)r[2] / rounds / 2 / 1000);
+            }
         }
     }
 
     /* goal 3 in one launch (packet_ab above): the raw unordered put + flag, a packet by hand and DION's
-     * packet interleaved, 100 rounds at a time; then the payload the last round landed is checked */
+     * packet interleaved, 100 rounds at a time, in both forms; then the payload the last round landed is
+     * checked */
     if (bench_wants(&o, "packet") || bench_wants(&o, "packet_ab")) {
         const int chunk = 100, per_mode = (o.iters + chunk - 1) / chunk, chunks = 3 + 3 * per_mode;
-        unsigned long long r[4];
-        BENCH_CHECK_CUDA(cudaMemset(base + PP_DST, 0, 8)); /* before the ranks meet: nothing lands yet */
-        const int failed = run_ab_launch(
-            &dev, out, active, "packet_ab",
-            [&] {
-                char *theirs = peer_base_of(dwin, peer); /* ranks 0 and 1 only: the others have no peer */
-                packet_ab<<<1, 1>>>(dev, dwin, chunks, chunk, base_value, out, base, theirs);
-            },
-            r, 4);
-        base_value += (uint64_t)chunks * chunk;
-        failures += failed;
-        if (!failed) {
+        for (int split = 0; split < 2; split++) {
+            unsigned long long r[4];
+            BENCH_CHECK_CUDA(cudaMemset(base + PP_DST, 0, 8)); /* before the ranks meet: nothing lands yet */
+            const int failed = run_ab_launch(
+                &dev, out, active, "packet_ab",
+                [&] {
+                    char *theirs = peer_base_of(dwin, peer); /* ranks 0 and 1 only: the others have no peer */
+                    if (split)
+                        packet_ab<1><<<1, 1>>>(dev, dwin, chunks, chunk, base_value, out, base, theirs);
+                    else
+                        packet_ab<0><<<1, 1>>>(dev, dwin, chunks, chunk, base_value, out, base, theirs);
+                },
+                r, 4);
+            base_value += (uint64_t)chunks * chunk;
+            failures += failed;
+            if (failed) continue;
             if (active) failures += bench_check_landed("dion", base, PP_DST, PP_SRC, 8, peer, "packet_ab");
             if (rank_ == 0) {
                 const double rounds = (double)per_mode * chunk;
-                static const char *const names[3] = {"packet_ab_raw_put_flag", "packet_ab_by_hand",
-                                                     "packet_ab_dion"};
+                static const char *const names[2][3] = {
+                    {"packet_ab_raw_put_flag", "packet_ab_by_hand", "packet_ab_dion"},
+                    {"packet_ab_split_raw_put_flag", "packet_ab_split_by_hand", "packet_ab_split_dion"}};
                 static const int slot[3] = {0, 2, 3};
                 for (int m = 0; m < 3; m++)
-                    bench_row(&o, "dion", names[m], "thread", 8, "oneway_us",
+                    bench_row(&o, "dion", names[split][m], "thread", 8, "oneway_us",
                               (double)r[slot[m]] / rounds / 2 / 1000);
             }
         }
