@@ -100,7 +100,10 @@ def main():
               ("signal_ab_relaxed", 0, "signal_ab_raw_relaxed", "relaxed signal / raw relaxed flag, one launch"),
               # goal 3 in one launch (p2p_bench's packet_ab): against the goal's floor and a packet by hand
               ("packet_ab_dion", 8, "packet_ab_raw_put_flag", "packet 8 B / raw unordered put8 + flag, one launch"),
-              ("packet_ab_dion", 8, "packet_ab_by_hand", "packet 8 B / packet by hand, one launch")]
+              ("packet_ab_dion", 8, "packet_ab_by_hand", "packet 8 B / packet by hand, one launch"),
+              # the same with each mode in a loop of its own (split): what a tight hand-written loop reaches
+              ("signal_ab_split_relaxed", 0, "signal_ab_split_raw_relaxed", "relaxed signal / raw flag, split"),
+              ("packet_ab_split_dion", 8, "packet_ab_split_by_hand", "packet 8 B / packet by hand, split")]
     print("\n== 1b. ratios to the same run's hand-written floor (mean of rounds), per variant")
     print(f"{'where':12} {'ratio':52} " + " ".join(f"{v:>8}" for v in variants))
     for w in sorted({k[0] for k in ab}):
