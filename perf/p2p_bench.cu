@@ -386,8 +386,9 @@ static __device__ __forceinline__ int packet_ab_rounds(dion_ctx_t c, dion_dwin_t
         return false;
     };
     for (int i = 0; i < chunk; i++) {
-        seq = (uint32_t)++ * v; /* the host keeps v below 2^32 */
-        if (fixed >= 0) {       /* split: the round written out, as a kernel of one mode would be */
+        ++*v;
+        seq = (uint32_t)*v; /* the host keeps v below 2^32 */
+        if (fixed >= 0) {   /* split: the round written out, as a kernel of one mode would be */
             bool failed;
             if (initiator) {
                 send();
