@@ -46,6 +46,8 @@ enum {
 };
 
 #define PP_PKT (16ull << 20) /* packet messages land here; their payload is unpacked to PP_DST */
+/* the result words every kernel of this program writes (out): 32 are enough for signal_parts's modes */
+#define OUT_BYTES 256
 
 static __device__ __forceinline__ char *ld_nc_ptr(char *const *p)
 {
@@ -254,6 +256,21 @@ static void launch_pingpong(int op, int threads, dion_dev_t dev, dion_dwin_t win
     BENCH_CHECK_LAUNCH("pingpong");
 }
 
+/* One round of the in-launch kernels' split form, written out as a kernel of one mode has it: the initiator
+ * sends, then waits; the other rank waits, then sends. true when the wait failed. */
+template <typename Send, typename Wait>
+static __device__ __forceinline__ bool ab_round_split(int initiator, Send &send, Wait &wait)
+{
+    bool failed;
+    if (initiator) {
+        send();
+        failed = wait();
+    } else if (!(failed = wait())) {
+        send();
+    }
+    return failed;
+}
+
 /* Goal 2's ratio measured in one launch: chunks of `chunk` rounds alternate between the raw relaxed flag (a
  * relaxed store, a relaxed poll loop, as REF_RELAXED) and DION's relaxed signal (dion_signal SET_RELAXED,
  * dion_wait), on the same word, the same two blocks and the same clocks. Rows launched one after another
@@ -290,14 +307,7 @@ static __device__ __forceinline__ int signal_ab_rounds(dion_ctx_t c, int lib, in
     for (int i = 0; i < chunk; i++) {
         ++*v;
         if (mode >= 0) { /* split: the round written out, as a kernel of one mode would be */
-            bool failed;
-            if (initiator) {
-                send();
-                failed = wait();
-            } else if (!(failed = wait())) {
-                send();
-            }
-            if (failed) return 1; /* the host sees the error record too */
+            if (ab_round_split(initiator, send, wait)) return 1; /* the host sees the error record too */
             continue;
         }
         for (int half = 0; half < 2; half++) {
@@ -389,14 +399,7 @@ static __device__ __forceinline__ int packet_ab_rounds(dion_ctx_t c, dion_dwin_t
         ++*v;
         seq = (uint32_t)*v; /* the host keeps v below 2^32 */
         if (fixed >= 0) {   /* split: the round written out, as a kernel of one mode would be */
-            bool failed;
-            if (initiator) {
-                send();
-                failed = wait();
-            } else if (!(failed = wait())) {
-                send();
-            }
-            if (failed) return 1; /* the host sees the error record too */
+            if (ab_round_split(initiator, send, wait)) return 1; /* the host sees the error record too */
             continue;
         }
         for (int half = 0; half < 2; half++) {
@@ -442,6 +445,196 @@ __global__ void __launch_bounds__(1, 1)
             spent_lib += dt;
     }
     if (initiator) out[0] = spent_raw, out[2] = spent_hand, out[3] = spent_lib;
+}
+
+/* Goal 2's gap taken apart in one launch: the split rounds of signal_ab with its halves swapped one at a
+ * time, SIGNAL_PARTS modes rotating 100 rounds at a time (the first SIGNAL_PARTS chunks warm up). Each mode's
+ * rounds are a loop of their own. Rank 0's time of mode m is out[signal_parts_slot(m)]; out[1]: a failed
+ * wait. The modes, by name (signal_parts_names):
+ * - the acquire after relaxed polls: none (raw_send_raw_wait, the reference), fence.acquire.sys after the hit
+ *   (fence: DION__WAIT_POLL 3's, by hand), one ld.acquire of the word after the hit (ldacq: POLL 1's), every
+ *   poll an ld.acquire (acqpoll: POLL 0's);
+ * - DION's halves: dion_signal SET_RELAXED as the send, dion_wait as the wait, or both; the send's inline
+ *   p2p path alone (inline: dion__signal_p2p), the wait's word loop alone (waitword: dion__wait_word);
+ * - dion_wait's loop shape by hand: 8 polls then the abort word (batch8), a count-down beside each poll
+ *   (countdown);
+ * - the price of time between the wait's hit and the send: delay20/60/120 clock cycles spent there;
+ * - more loads in flight: the sender sets two words, 128 bytes (two_lines) or 32 bytes (two_sectors) apart,
+ *   and the waiter polls both, the second load 160 cycles behind (stag2); or polls only the first
+ *   (two_lines_one_polled: the cost of the second store alone). */
+#define SIGNAL_PARTS 18
+static const char *const signal_parts_names[SIGNAL_PARTS] = {"raw_send_raw_wait",
+                                                             "raw_send_fence_wait",
+                                                             "raw_send_ldacq_wait",
+                                                             "raw_send_acqpoll_wait",
+                                                             "dion_send_raw_wait",
+                                                             "raw_send_dion_wait",
+                                                             "dion_send_dion_wait",
+                                                             "raw_delay20",
+                                                             "raw_delay60",
+                                                             "raw_send_batch8_wait",
+                                                             "raw_send_countdown_wait",
+                                                             "inline_send_raw_wait",
+                                                             "raw_send_waitword_wait",
+                                                             "inline_send_waitword_wait",
+                                                             "raw_delay120",
+                                                             "two_lines_stag2_wait",
+                                                             "two_sectors_stag2_wait",
+                                                             "two_lines_one_polled_wait"};
+/* modes 7, 8, 14: the raw round with this many clock cycles spent between the wait's hit and the send */
+static __device__ __forceinline__ constexpr int signal_parts_delay(int m)
+{
+    return m == 7 ? 20 : m == 8 ? 60 : 120;
+}
+/* modes 15-17: the second word the sender sets, 128 bytes (another line) or 32 bytes (another sector) on */
+static __device__ __forceinline__ constexpr int signal_parts_twin(int m)
+{
+    return m == 16 ? 4 : 16;
+}
+static __device__ __host__ constexpr int signal_parts_slot(int m)
+{
+    return m == 0 ? 0 : m + 1;
+}
+
+template <int mode>
+static __device__ __forceinline__ int signal_parts_rounds(dion_ctx_t c, int peer, int initiator,
+                                                          uint32_t scope, uint64_t *mysig, uint64_t *peersig,
+                                                          uint64_t *v, int chunk)
+{
+    constexpr bool dion_send = mode == 4 || mode == 6, dion_wait_ = mode == 5 || mode == 6;
+    constexpr bool inline_send = mode == 11 || mode == 13, word_wait = mode == 12 || mode == 13;
+    auto send = [&] {
+        if (dion_send)
+            dion_signal(c, peer, 0, DION_SIG_SET_RELAXED, *v);
+        else if (inline_send)
+            dion__signal_p2p(&c, peer, 0, DION_SIG_SET_RELAXED, *v, DION__LK_INLINE);
+        else if (mode >= 15) {
+            dion__st_relaxed(peersig, *v, scope);
+            dion__st_relaxed(peersig + signal_parts_twin(mode), *v, scope);
+        } else
+            dion__st_relaxed(peersig, *v, scope);
+    };
+    auto wait = [&] {
+        if (dion_wait_) return dion_wait(c, 0, DION_CMP_EQ, *v, NULL) != DION_SUCCESS;
+        if (word_wait)
+            return dion__wait_word(&c, c.dev.signals, DION_CMP_EQ, *v, NULL, DION_OP_WAIT, 0) != DION_SUCCESS;
+        if (mode == 9) { /* the shape of dion_wait's loop by hand: 8 polls, then the abort word */
+            const uint64_t *abort_word = dion__ctl_word(&c.dev, c.dev.signals, DION_CTL_ABORT);
+            for (;;) {
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    if (dion__ld_relaxed(mysig, scope) == *v) goto hit9;
+                if (dion__ld_relaxed(abort_word, scope)) return true;
+            }
+        hit9:
+            asm volatile("fence.acquire.sys;" ::: "memory");
+            return false;
+        }
+        if (mode == 10) { /* a count-down beside each poll; the hit falls out of the loop */
+            const uint64_t *abort_word = dion__ctl_word(&c.dev, c.dev.signals, DION_CTL_ABORT);
+            for (;;) {
+                uint32_t k = 128;
+                uint64_t x;
+                do {
+                    x = dion__ld_relaxed(mysig, scope);
+                } while (x != *v && --k);
+                if (x == *v) break;
+                if (dion__ld_relaxed(abort_word, scope)) return true;
+            }
+            asm volatile("fence.acquire.sys;" ::: "memory");
+            return false;
+        }
+        if (mode == 3) {
+            while (dion__ld_acquire(mysig, scope) != *v) {
+            }
+            return false;
+        }
+        if (mode == 15 || mode == 16) { /* two loads in flight, on two words the sender both sets */
+            const uint64_t *other = mysig + signal_parts_twin(mode);
+            uint64_t w0 = dion__ld_relaxed(mysig, scope);
+            const long long t = clock64();
+            while (clock64() - t < 160) {
+            }
+            uint64_t w1 = dion__ld_relaxed(other, scope);
+            for (;;) {
+                if (w0 == *v) break;
+                w0 = dion__ld_relaxed(mysig, scope);
+                if (w1 == *v) break;
+                w1 = dion__ld_relaxed(other, scope);
+            }
+            return false;
+        }
+        if (mode == 7 || mode == 8 || mode == 14) {
+            while (dion__ld_relaxed(mysig, scope) != *v) {
+            }
+            const long long t = clock64();
+            while (clock64() - t < signal_parts_delay(mode)) {
+            }
+            return false;
+        }
+        while (dion__ld_relaxed(mysig, scope) != *v) {
+        }
+        if (mode == 1) asm volatile("fence.acquire.sys;" ::: "memory");
+        if (mode == 2 && dion__ld_acquire(mysig, scope) != *v) return true; /* the word only grows here */
+        return false;
+    };
+    for (int i = 0; i < chunk; i++) {
+        ++*v;
+        if (ab_round_split(initiator, send, wait)) return 1; /* the host sees the error record too */
+    }
+    return 0;
+}
+
+__global__ void __launch_bounds__(1, 1)
+    signal_parts(dion_dev_t dev, int chunks, int chunk, uint64_t base, unsigned long long *out)
+{
+    dion_ctx_t c = dion_ctx(dev, 0);
+    const int me = dev.rank, peer = me ^ 1, initiator = me == 0;
+    const uint32_t scope = dion__dev_scope(&dev);
+    uint64_t *mysig = dev.signals, *peersig = dion__peer_signals(&dev, peer);
+    uint64_t v = base, spent[SIGNAL_PARTS] = {0};
+    for (int k = 0; k < chunks; k++) {
+        const int mode = k % SIGNAL_PARTS;
+        const uint64_t t0 = bench_now_ns();
+        int failed;
+        switch (mode) {
+#define SIGNAL_PARTS_CASE(m)                                                                                 \
+    case m:                                                                                                  \
+        failed = signal_parts_rounds<m>(c, peer, initiator, scope, mysig, peersig, &v, chunk);               \
+        break;
+            SIGNAL_PARTS_CASE(0)
+            SIGNAL_PARTS_CASE(1)
+            SIGNAL_PARTS_CASE(2)
+            SIGNAL_PARTS_CASE(3)
+            SIGNAL_PARTS_CASE(4)
+            SIGNAL_PARTS_CASE(5)
+            SIGNAL_PARTS_CASE(6)
+            SIGNAL_PARTS_CASE(7)
+            SIGNAL_PARTS_CASE(8)
+            SIGNAL_PARTS_CASE(9)
+            SIGNAL_PARTS_CASE(10)
+            SIGNAL_PARTS_CASE(11)
+            SIGNAL_PARTS_CASE(12)
+            SIGNAL_PARTS_CASE(13)
+            SIGNAL_PARTS_CASE(14)
+            SIGNAL_PARTS_CASE(15)
+            SIGNAL_PARTS_CASE(16)
+        default:
+            failed = signal_parts_rounds<17>(c, peer, initiator, scope, mysig, peersig, &v, chunk);
+#undef SIGNAL_PARTS_CASE
+        }
+        if (failed) {
+            out[1] = 1;
+            return;
+        }
+        const uint64_t dt = k >= SIGNAL_PARTS ? bench_now_ns() - t0 : 0;
+#pragma unroll
+        for (int m = 0; m < SIGNAL_PARTS; m++) /* unrolled with constant indices: registers, not stack */
+            if (m == mode) spent[m] += dt;
+    }
+    if (initiator)
+#pragma unroll
+        for (int m = 0; m < SIGNAL_PARTS; m++) out[signal_parts_slot(m)] = spent[m];
 }
 
 /* Put bandwidth: the blocks split total bytes into chunks, each a dion_put_block; then each block quiets.
@@ -569,7 +762,7 @@ static int run_ab_launch(const dion_dev_t *dev, unsigned long long *out, int act
                          Launch launch, unsigned long long *r, size_t nr)
 {
     OK(dion_comm_barrier(comm));
-    BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
+    BENCH_CHECK_CUDA(cudaMemset(out, 0, OUT_BYTES));
     OK(dion_comm_barrier(comm));
     if (active) {
         launch();
@@ -615,7 +808,7 @@ int main(int argc, char **argv)
     BENCH_CHECK_LAUNCH("bench_fill");
     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
     unsigned long long *out;
-    BENCH_CHECK_CUDA(cudaMalloc(&out, 64));
+    BENCH_CHECK_CUDA(cudaMalloc(&out, OUT_BYTES));
     /* clocks up before timing anything */
     bench_spin<<<prop.multiProcessorCount, 256>>>(400000000ull, out);
     BENCH_CHECK_LAUNCH("bench_spin");
@@ -669,7 +862,7 @@ int main(int argc, char **argv)
         OK(dion_comm_barrier(comm));
         BENCH_CHECK_CUDA(cudaMemset(base + PP_DST, 0, pc.bytes ? pc.bytes : 8));
         BENCH_CHECK_CUDA(cudaMemset(base + PP_PKT, 0, DION_PACKET_SPAN(pc.bytes ? pc.bytes : 8)));
-        BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
+        BENCH_CHECK_CUDA(cudaMemset(out, 0, OUT_BYTES));
         OK(dion_comm_barrier(comm));
         if (active) {
             launch_pingpong(pc.op, pc.threads, dev, dwin, (size_t)pc.bytes, iters, warmup, base_value, out,
@@ -714,6 +907,26 @@ int main(int argc, char **argv)
                           "oneway_us", (double)r[2] / rounds / 2 / 1000);
             }
         }
+    }
+
+    /* goal 2's gap taken apart (signal_parts above): each half of the split round swapped for DION's, and
+     * the three ways to acquire after relaxed polls */
+    if (bench_wants(&o, "signal_parts")) {
+        const int chunk = 100, per_mode = (o.iters + chunk - 1) / chunk;
+        const int chunks = SIGNAL_PARTS * (1 + per_mode);
+        unsigned long long r[SIGNAL_PARTS + 1];
+        const int failed = run_ab_launch(
+            &dev, out, active, "signal_parts",
+            [&] { signal_parts<<<1, 1>>>(dev, chunks, chunk, base_value, out); }, r, SIGNAL_PARTS + 1);
+        base_value += (uint64_t)chunks * chunk;
+        failures += failed;
+        if (!failed && rank_ == 0)
+            for (int m = 0; m < SIGNAL_PARTS; m++) {
+                char name[64];
+                snprintf(name, sizeof name, "signal_parts_%s", signal_parts_names[m]);
+                bench_row(&o, "dion", name, "thread", 0, "oneway_us",
+                          (double)r[signal_parts_slot(m)] / ((double)per_mode * chunk) / 2 / 1000);
+            }
     }
 
     /* goal 3 in one launch (packet_ab above): the raw unordered put + flag, a packet by hand and DION's
@@ -851,7 +1064,7 @@ int main(int argc, char **argv)
             for (long long b : {8ll, 4096ll}) {
                 OK(dion_comm_barrier(comm));
                 if (rank_ == 0) {
-                    BENCH_CHECK_CUDA(cudaMemset(out, 0, 64));
+                    BENCH_CHECK_CUDA(cudaMemset(out, 0, OUT_BYTES));
                     r.fn<<<1, r.threads>>>(dev, dwin, peer, (size_t)b, o.iters, o.iters / 10, out, times);
                     BENCH_CHECK_LAUNCH(r.name);
                     BENCH_CHECK_CUDA(cudaDeviceSynchronize());
