@@ -6,7 +6,8 @@
  * "completion_split" (not run by default) times put + quiet with each piece that dion-perf's round adds, and
  * with 1024, 256 and 64 threads a block, to tell a harness's cost from the library's. "signal" (or
  * "signal_ab" alone) also times the raw relaxed flag and DION's relaxed signal interleaved in one launch, and
- * "packet" (or "packet_ab" alone) the raw unordered put + flag, a packet by hand and DION's packet. */
+ * "packet" (or "packet_ab" alone) the raw unordered put + flag, a packet by hand and DION's packet.
+ * "signal_parts" (not run by default) takes the relaxed signal's round apart, one part swapped at a time. */
 #include <algorithm>
 #include <numeric>
 #include <vector>
