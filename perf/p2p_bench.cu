@@ -7,7 +7,8 @@
  * with 1024, 256 and 64 threads a block, to tell a harness's cost from the library's. "signal" (or
  * "signal_ab" alone) also times the raw relaxed flag and DION's relaxed signal interleaved in one launch, and
  * "packet" (or "packet_ab" alone) the raw unordered put + flag, a packet by hand and DION's packet.
- * "signal_parts" (not run by default) takes the relaxed signal's round apart, one part swapped at a time. */
+ * "signal_parts" (not run by default) takes the relaxed signal's round apart, one part swapped at a time, and
+ * "packet_place" (not run by default) times packet_ab's written-out modes at 32 addresses of the window. */
 #include <algorithm>
 #include <numeric>
 #include <vector>
@@ -47,8 +48,8 @@ enum {
 };
 
 #define PP_PKT (16ull << 20) /* packet messages land here; their payload is unpacked to PP_DST */
-/* the result words every kernel of this program writes (out): 32 are enough for signal_parts's modes */
-#define OUT_BYTES 256
+/* the result words every kernel of this program writes (out): 100 for packet_place's modes and addresses */
+#define OUT_BYTES 1024
 
 static __device__ __forceinline__ char *ld_nc_ptr(char *const *p)
 {
@@ -446,6 +447,81 @@ __global__ void __launch_bounds__(1, 1)
             spent_lib += dt;
     }
     if (initiator) out[0] = spent_raw, out[2] = spent_hand, out[3] = spent_lib;
+}
+
+/* Where the unit sits, in one launch: packet_ab's written-out round of three modes (here a raw relaxed flag
+ * on the unit's own word, a packet by hand and DION's packet) at PLACE_N addresses PP_PKT + i * stride, chunk
+ * k running mode k % 3 at address (k / 3) % PLACE_N, so that every address and mode gets the same share of
+ * the launch. It tells a cost that follows the address (where the line sits in L2) from one that follows the
+ * code: a mode's gap to another at the same address is the code's. The first 3 * PLACE_N chunks warm up.
+ * out[4 + 3 i + m]: rank 0's time of mode m at address i; out[2 + rank]: the rank's SM; out[1]: a failed
+ * wait. */
+#define PLACE_N 32
+template <int mode>
+static __device__ __forceinline__ int place_rounds(dion_ctx_t c, dion_dwin_t win, int peer, int initiator,
+                                                   uint32_t scope, uint32_t pscope, char *mine, char *theirs,
+                                                   size_t at, uint64_t *v, int chunk)
+{
+    uint32_t seq = 0;
+    auto send = [&] {
+        if (mode == 0) {
+            dion__st_relaxed((uint64_t *)(theirs + at), *v, pscope);
+        } else if (mode == 1) {
+            const uint64_t x = *(const uint64_t *)(mine + PP_SRC), flag = (uint64_t)seq << 32;
+            dion__pkt_store((uint64_t *)(theirs + at), flag | (uint32_t)x, flag | (x >> 32), pscope);
+        } else {
+            dion_put_packet(c, win, peer, at, mine + PP_SRC, 8, seq);
+        }
+    };
+    auto wait = [&] {
+        if (mode == 0) {
+            while (dion__ld_relaxed((const uint64_t *)(mine + at), scope) != *v) {
+            }
+        } else if (mode == 1) {
+            uint64_t w0, w1;
+            do {
+                dion__pkt_load((const uint64_t *)(mine + at), &w0, &w1, scope);
+            } while (!dion__pkt_whole(w0, w1, seq));
+            *(uint64_t *)(mine + PP_DST) = (w1 << 32) | (uint32_t)w0;
+        } else {
+            return dion_wait_packet(c, win, at, mine + PP_DST, 8, seq) != DION_SUCCESS;
+        }
+        return false;
+    };
+    for (int i = 0; i < chunk; i++) {
+        ++*v;
+        seq = (uint32_t)*v;
+        if (ab_round_split(initiator, send, wait)) return 1;
+    }
+    return 0;
+}
+
+__global__ void __launch_bounds__(1, 1)
+    packet_place(dion_dev_t dev, dion_dwin_t win, int chunks, int chunk, uint64_t base,
+                 unsigned long long *out, char *mine, char *theirs, uint64_t stride)
+{
+    dion_ctx_t c = dion_ctx(dev, 0);
+    const int me = dev.rank, peer = me ^ 1, initiator = me == 0;
+    const uint32_t scope = dion__dev_scope(&dev), pscope = dion__peer_scope(&dev, peer) | scope;
+    uint64_t v = base;
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    out[2 + me] = smid;
+    for (int k = 0; k < chunks; k++) {
+        const int mode = k % 3, i = (k / 3) % PLACE_N;
+        const size_t at = PP_PKT + (size_t)i * stride;
+        const uint64_t t0 = bench_now_ns();
+        const int failed =
+            mode == 0 ? place_rounds<0>(c, win, peer, initiator, scope, pscope, mine, theirs, at, &v, chunk)
+            : mode == 1
+                ? place_rounds<1>(c, win, peer, initiator, scope, pscope, mine, theirs, at, &v, chunk)
+                : place_rounds<2>(c, win, peer, initiator, scope, pscope, mine, theirs, at, &v, chunk);
+        if (failed) {
+            out[1] = 1;
+            return;
+        }
+        if (initiator && k >= 3 * PLACE_N) out[4 + 3 * i + mode] += bench_now_ns() - t0;
+    }
 }
 
 /* Goal 2's gap taken apart in one launch: the split rounds of signal_ab with its halves swapped one at a
@@ -964,6 +1040,38 @@ int main(int argc, char **argv)
                 for (int m = 0; m < 3; m++)
                     bench_row(&o, "dion", names[split][m], "thread", 8, "oneway_us",
                               (double)r[slot[m]] / rounds / 2 / 1000);
+            }
+        }
+    }
+
+    /* packet_place above: 8 timed passes over the 32 addresses at each stride, one launch per stride; a row's
+     * bytes column holds the address's index i (the payload is 8 bytes in every row) */
+    if (bench_wants(&o, "packet_place")) {
+        const int chunk = 100, reps = 8, chunks = 3 * PLACE_N * (1 + reps);
+        const uint64_t strides[] = {128, 1024, 4096, 65536};
+        for (uint64_t stride : strides) {
+            unsigned long long r[4 + 3 * PLACE_N];
+            const int failed = run_ab_launch(
+                &dev, out, active, "packet_place",
+                [&] {
+                    char *theirs = peer_base_of(dwin, peer);
+                    packet_place<<<1, 1>>>(dev, dwin, chunks, chunk, base_value, out, base, theirs, stride);
+                },
+                r, 4 + 3 * PLACE_N);
+            base_value += (uint64_t)chunks * chunk;
+            failures += failed;
+            if (failed) continue;
+            if (active) failures += bench_check_landed("dion", base, PP_DST, PP_SRC, 8, peer, "packet_place");
+            if (rank_ == 0) {
+                printf("# packet_place stride %llu sm %llu %llu\n", (unsigned long long)stride, r[2], r[3]);
+                static const char *const names[3] = {"place_flag", "place_hand", "place_dion"};
+                for (int i = 0; i < PLACE_N; i++)
+                    for (int m = 0; m < 3; m++) {
+                        char label[64];
+                        snprintf(label, sizeof label, "%s_s%llu", names[m], (unsigned long long)stride);
+                        bench_row(&o, "dion", label, "thread", (long long)i, "oneway_us",
+                                  (double)r[4 + 3 * i + m] / ((double)reps * chunk) / 2 / 1000);
+                    }
             }
         }
     }
