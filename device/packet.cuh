@@ -267,6 +267,15 @@ DION_HD int dion__pkt_lean(const dion_ctx_t *c)
 #define DION__PKT_HIT 1
 #endif
 
+/* A thread's 8-byte put (the fast path's common case, GPU code, DION__PKT_FAST 1): 1 (default) its payload
+ * load and unit store are predicated on the fast-path test and the branch to the general path follows the
+ * store, so nothing is tested between the caller's last instruction and the store; 0 (perf/CMakeLists.txt
+ * p2p_bench_pkpred0) the test first, a branch around the general path to the store (ptxas makes the store
+ * the taken side: sm_90, nvcc 13.0, docs/results/2026-12-03-h200-s13). */
+#ifndef DION__PKT_PRED
+#define DION__PKT_PRED 1
+#endif
+
 #if DION__GPU && (DION__PKT_LOOKUP == 1 || DION__PKT_FAST == 2)
 DION_HD uint64_t dion__pkt_ldnc(const void *p)
 {
@@ -392,12 +401,37 @@ DION_HD void dion__pkt_put_units(uint64_t *to, const char *src, size_t bytes, ui
     }
 }
 
+#if DION__GPU && DION__PKT_PRED
+/* DION__PKT_PRED's 8-byte case: the payload's load and the unit's store predicated on go (no branch before
+ * the store; other calls go to the general path after it). Nothing is read or written when go is 0. */
+DION_HD void dion__pkt_put8_if(char *to, const void *src, uint32_t seq, uint32_t scope, uint32_t go)
+{
+    uint64_t v = 0; /* a C load, so that a payload in registers stays there; ptxas predicates it */
+    if (go) v = *(const uint64_t *)src;
+    uint64_t flag = (uint64_t)seq << 32, w0 = flag | (uint32_t)v, w1 = flag | (v >> 32);
+    asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %3, 0;\n\tsetp.eq.and.u32 q, %4, %5, p;\n\t"
+                 "setp.ne.and.u32 p, %4, %5, p;\n\t@q st.relaxed.gpu.v2.u64 [%0], {%1, %2};\n\t"
+                 "@p st.relaxed.sys.v2.u64 [%0], {%1, %2};\n\t}" ::"l"(to),
+                 "l"(w0), "l"(w1), "r"(go), "r"(scope), "r"((uint32_t)DION_SCOPE_GPU)
+                 : "memory");
+}
+#endif
+
 DION_HD void dion__put_packet_group(dion_ctx_t c, dion__group_t g, dion_dwin_t dst, int peer, size_t dst_off,
                                     const void *src, size_t bytes, uint32_t seq)
 {
     uint32_t r = dion__group_rank(g), n = dion__group_size(g);
     int fast = dion__pkt_fast(&c, dst, peer);
-#if DION__GPU && DION__PKT_FAST && DION__PKT_FAST8
+#if DION__GPU && DION__PKT_FAST == 1 && DION__PKT_FAST8 && DION__PKT_PRED
+    if (g == DION__THREAD) { /* a whole unit from an aligned source: the load and store, then the test */
+        char *base;
+        uint32_t scope;
+        uint32_t go = fast & dion__pkt_target(&c, dst, peer, 1, &base, &scope) &
+                      (bytes == DION_PACKET_PAYLOAD) & (((uintptr_t)src & 7) == 0);
+        dion__pkt_put8_if(base + dst_off, src, seq, scope, go);
+        if (__builtin_expect(go, 1)) return;
+    }
+#elif DION__GPU && DION__PKT_FAST && DION__PKT_FAST8
     if (g == DION__THREAD) { /* a whole unit from an aligned source: one test, one load, one store */
         char *base;
         uint32_t scope;
